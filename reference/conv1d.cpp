@@ -1,0 +1,1 @@
+#include "reference/conv1d.h"

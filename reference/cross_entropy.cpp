@@ -1,0 +1,1 @@
+#include "reference/cross_entropy.h"

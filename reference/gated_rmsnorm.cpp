@@ -1,0 +1,1 @@
+#include "reference/gated_rmsnorm.h"

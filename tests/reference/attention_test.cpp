@@ -1,0 +1,1 @@
+// placeholder until the attention tests are written

@@ -1,0 +1,1 @@
+// placeholder until the conv1d tests are written

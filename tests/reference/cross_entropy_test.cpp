@@ -1,0 +1,1 @@
+// placeholder until the cross_entropy tests are written

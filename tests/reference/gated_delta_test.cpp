@@ -1,0 +1,1 @@
+// placeholder until the gated_delta tests are written

@@ -1,0 +1,1 @@
+// placeholder until the gated_rmsnorm tests are written
