@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Configures and builds fusepack into build/ (or $FUSEPACK_BUILD_DIR) with Ninja and ccache.
-# Extra arguments go to the CMake configure step (for example -DFUSEPACK_CUDA_ARCHS=90a).
+# Extra arguments, and FUSEPACK_CMAKE_ARGS, go to the CMake configure step (for example -DFUSEPACK_CUDA_ARCHS=90a).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,7 +13,7 @@ if [ -d /usr/local/cuda/bin ] && ! command -v nvcc >/dev/null; then export PATH=
 
 export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/ccache}
 start=$(date +%s)
-cmake -S . -B "$build_dir" -G Ninja -DCMAKE_PREFIX_PATH="$prefix_path" "$@" >"$build_dir.configure.log" 2>&1 ||
+cmake -S . -B "$build_dir" -G Ninja -DCMAKE_PREFIX_PATH="$prefix_path" ${FUSEPACK_CMAKE_ARGS:-} "$@" >"$build_dir.configure.log" 2>&1 ||
   { cat "$build_dir.configure.log"; echo "[build] configure failed (log above)"; exit 1; }
 cmake --build "$build_dir" -j "$jobs"
 echo "[build] built $build_dir in $(( $(date +%s) - start )) s"

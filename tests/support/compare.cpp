@@ -126,7 +126,7 @@ ErrorReport compare_with_baseline(std::string const& name, double const* got, do
 
 std::string ErrorReport::str() const {
   char buf[512];
-  std::snprintf(buf, sizeof buf, "%s %s: max_abs %.3g max_rel %.3g rel_rms %.3g over %lld values; budget used %.1f%%",
+  std::snprintf(buf, sizeof buf, "%s %s: max_abs %.3g max_rel %.3g rel_rms %.3g over %lld values; budget used %.3g%%",
                 passed() ? "PASS" : "FAIL", name.c_str(), max_abs, max_rel, rel_rms, static_cast<long long>(count),
                 100.0 * budget_used);
   std::string s = buf;

@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""Prints the gate's summary from a CTest JUnit file: results per CTest label, the failing tests, and the worst
+error-budget share per test suite and checked tensor (from the "[  check   ]" lines that tests print).
+
+usage: summarize.py BUILD_DIR JUNIT_XML
+Exit status 0 when no test failed, 1 otherwise."""
+import re
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+LABELS = ["reference", "packing", "properties", "kernels", "gpu", "trainer", "golden", "distributed"]
+CHECK = re.compile(r"^\[  check   \] (\S+) \| (PASS|FAIL) (.+?): max_abs (\S+) max_rel (\S+) rel_rms \S+ over \d+ values; "
+                   r"budget used ([0-9.e+-]+|inf)%")
+
+
+def tests_by_label(build_dir):
+    labels = {}
+    for label in LABELS:
+        out = subprocess.run(["ctest", "--test-dir", build_dir, "-N", "-L", f"^{label}$"],
+                             capture_output=True, text=True).stdout
+        for m in re.finditer(r"Test +#\d+: (.+)$", out, re.M):
+            labels.setdefault(m.group(1).strip(), []).append(label)
+    return labels
+
+
+def suite_of(test_name):
+    name = test_name.split("/")[1] if test_name.count("/") >= 1 and "." not in test_name.split("/")[0] else test_name
+    return name.split(".")[0]
+
+
+def main():
+    build_dir, junit = sys.argv[1], sys.argv[2]
+    labels = tests_by_label(build_dir)
+    root = ET.parse(junit).getroot()
+    per_label = {}
+    failed, worst = [], {}
+    for case in root.iter("testcase"):
+        name, status = case.get("name"), case.get("status")
+        failed_case = case.find("failure") is not None or status == "fail"
+        skipped = case.find("skipped") is not None or status in ("notrun", "disabled")
+        state = "failed" if failed_case else "skipped" if skipped else "passed"
+        for label in labels.get(name, ["(no label)"]):
+            per_label.setdefault(label, {"passed": 0, "failed": 0, "skipped": 0})[state] += 1
+        if failed_case:
+            failed.append(name)
+        out = case.findtext("system-out") or ""
+        for line in out.splitlines():
+            m = CHECK.match(line)
+            if m:
+                key = (suite_of(m.group(1)), m.group(3).split(" ")[0])
+                share = float(m.group(6))
+                if key not in worst or share > worst[key][0]:
+                    worst[key] = (share, m.group(2), float(m.group(4)), float(m.group(5)))
+
+    print("\n== fusepack summary ==")
+    print(f"{'label':<12} {'passed':>7} {'failed':>7} {'skipped':>8}")
+    for label in LABELS + ["(no label)"]:
+        if label in per_label:
+            c = per_label[label]
+            print(f"{label:<12} {c['passed']:>7} {c['failed']:>7} {c['skipped']:>8}")
+    if worst:
+        print(f"\n{'suite':<22} {'checked':<22} {'worst max_abs':>13} {'max_rel':>9} {'budget used':>12}")
+        for (suite, tensor), (share, verdict, max_abs, max_rel) in sorted(worst.items()):
+            print(f"{suite:<22} {tensor:<22} {max_abs:>13.3g} {max_rel:>9.3g} {share:>11.3g}% {verdict}")
+    total = {k: sum(c[k] for c in per_label.values()) for k in ("passed", "failed", "skipped")}
+    tests = len(list(root.iter("testcase")))
+    if failed:
+        print("\nfailed tests:\n  " + "\n  ".join(failed))
+    print("\ntests in all (a test with several labels counts once):")
+    print(f"{tests - len(failed) - int(root.get('skipped', 0))} passed, {len(failed)} failed, "
+          f"{root.get('skipped', 0)} skipped")
+    print("GATE " + ("FAILED" if failed else "PASSED"))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
