@@ -19,6 +19,17 @@ ref::Tensor uniform(ref::Shape shape, std::mt19937_64& rng, double lo, double hi
   return t;
 }
 
+ref::Tensor randn_rows_away_from_zero(ref::Shape const& shape, std::mt19937_64& rng, double min_norm) {
+  ref::Tensor x(shape);
+  ref::Index const D = shape.empty() ? 0 : shape.back();
+  for (ref::Index r = 0; D > 0 && r < x.numel() / D; ++r) {
+    do {
+      x.flat().segment(r * D, D) = randn({D}, rng).flat();
+    } while (x.flat().segment(r * D, D).norm() < min_norm);
+  }
+  return x;
+}
+
 int uniform_int(std::mt19937_64& rng, int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); }
 
 std::vector<std::int32_t> cu_seqlens_from_lengths(std::vector<int> const& lengths) {
