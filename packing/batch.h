@@ -1,0 +1,70 @@
+// The two batch layouts of DESIGN.md section 3, built from examples:
+//   PackedBatch  the optimized path: every example's tokens back to back in one row of T tokens, boundaries in
+//                cu_seqlens, positions restarting at 0 per example, labels shifted per example;
+//   PaddedBatch  the baseline: one example per row, right-padded to the longest.
+// Both carry labels already shifted (labels[t] is the target of the prediction made at t), the HF shift done per
+// example, so the loss is sum(CE(logits[t], labels[t]) over labels[t] != -100) / num_targets() in both paths and
+// the two count exactly the same targets for the same examples.
+#pragma once
+
+#include "packing/example.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace fusepack::packing {
+
+inline constexpr std::int64_t kNoLengthLimit = -1;
+
+struct PackedBatch {
+  std::vector<std::int32_t> tokens;        // [T]
+  std::vector<std::int32_t> labels;        // [T] target of position t, or -100; never crosses an example boundary
+  std::vector<std::int32_t> position_ids;  // [T] 0 at every example start
+  std::vector<std::int32_t> cu_seqlens;    // [N+1] 0 = cu[0] < cu[1] < ... < cu[N] = T
+  std::vector<std::int32_t> seq_idx;       // [T] i for t in [cu[i], cu[i+1]): index of the example in this batch
+  std::int32_t max_seqlen = 0;             // max over i of cu[i+1] - cu[i]
+  std::vector<std::int64_t> example_ids;   // [N] dataset index of each example, in batch order
+
+  std::int64_t num_tokens() const { return static_cast<std::int64_t>(tokens.size()); }
+  std::int64_t num_examples() const { return static_cast<std::int64_t>(example_ids.size()); }
+  std::int64_t num_targets() const;  // labels != -100
+  // Checks every DESIGN section 3 invariant; throws std::invalid_argument "PackedBatch invariant '<name>' violated:
+  // ...".
+  void validate() const;
+};
+
+struct PaddedBatch {
+  std::int64_t rows = 0;                     // B examples
+  std::int64_t cols = 0;                     // L = the longest example's length
+  std::vector<std::int32_t> tokens;          // [B, L] row-major; pad_token_id on padding
+  std::vector<std::int32_t> attention_mask;  // [B, L] 1 on the row's real tokens (a prefix), 0 on padding
+  std::vector<std::int32_t> labels;          // [B, L] shifted per row; -100 on padding and at the last real token
+  std::vector<std::int32_t> position_ids;    // [B, L] 0..len-1 on real tokens, 0 on padding
+  std::vector<std::int64_t> example_ids;     // [B] dataset index of each row's example
+  std::int32_t pad_token_id = 0;
+
+  std::int64_t num_slots() const { return rows * cols; }
+  std::int64_t num_tokens() const;   // real (unpadded) tokens
+  std::int64_t num_targets() const;  // labels != -100
+  std::int64_t row_length(std::int64_t row) const;
+  // Checks every DESIGN section 3 invariant; throws std::invalid_argument "PaddedBatch invariant '<name>' violated:
+  // ...".
+  void validate() const;
+};
+
+// The HF shift of one example: out[p] = labels[p+1] for p+1 < length, -100 at p = length-1. `max_length` cuts the
+// example first (its new last token gets -100).
+std::vector<std::int32_t> shifted_labels(Example const& example, std::int64_t max_length = kNoLengthLimit);
+
+// Batches of dataset[example_ids[0]], dataset[example_ids[1]], ... in that order, each cut to `max_length` tokens
+// when given. Throw std::invalid_argument for no examples, an index outside the dataset, an empty example, labels
+// of another length than input_ids, or a packed row longer than int32 cu_seqlens can address.
+PackedBatch make_packed_batch(std::vector<Example> const& dataset, std::vector<std::int64_t> const& example_ids,
+                              std::int64_t max_length = kNoLengthLimit);
+PaddedBatch make_padded_batch(std::vector<Example> const& dataset, std::vector<std::int64_t> const& example_ids,
+                              std::int64_t max_length = kNoLengthLimit, std::int32_t pad_token_id = 0);
+// All of `examples`, in order (example_ids 0..n-1).
+PackedBatch make_packed_batch(std::vector<Example> const& examples);
+PaddedBatch make_padded_batch(std::vector<Example> const& examples);
+
+}  // namespace fusepack::packing

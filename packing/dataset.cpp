@@ -1,0 +1,187 @@
+#include "packing/dataset.h"
+
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <istream>
+#include <ostream>
+#include <sstream>
+
+namespace fusepack::packing {
+namespace {
+
+using nlohmann::json;
+
+std::string describe(json const& v) {
+  std::string s = v.dump();
+  if (s.size() > 40) s = s.substr(0, 37) + "...";
+  return s + " (" + v.type_name() + ")";
+}
+
+class LineReader {
+ public:
+  LineReader(std::string name, std::int64_t line, std::int64_t vocab_size)
+      : name_(std::move(name)), line_(line), vocab_size_(vocab_size) {}
+
+  [[noreturn]] void fail(std::string const& field, std::string const& what) const {
+    throw DatasetError(name_, line_, field, what);
+  }
+
+  static std::string element(std::size_t i) { return "element " + std::to_string(i); }
+
+  // An array of ids; `allow_ignore` admits kIgnoreIndex (labels).
+  std::vector<std::int32_t> ids(json const& v, std::string const& field, bool allow_ignore) const {
+    if (!v.is_array()) fail(field, "must be an array of integers; got " + describe(v));
+    std::vector<std::int32_t> out;
+    out.reserve(v.size());
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      json const& e = v[i];
+      if (!e.is_number_integer()) fail(field, element(i) + " is " + describe(e) + ", not an integer");
+      bool const in_vocab = e.is_number_unsigned() ? e.get<std::uint64_t>() < static_cast<std::uint64_t>(vocab_size_)
+                                                   : e.get<std::int64_t>() >= 0 && e.get<std::int64_t>() < vocab_size_;
+      bool const ignored = allow_ignore && !e.is_number_unsigned() && e.get<std::int64_t>() == kIgnoreIndex;
+      if (!in_vocab && !ignored) {
+        fail(field, element(i) + " is " + e.dump() + ", outside the vocabulary [0, " + std::to_string(vocab_size_) +
+                        ")" + (allow_ignore ? " and not the ignore index -100" : ""));
+      }
+      out.push_back(static_cast<std::int32_t>(e.get<std::int64_t>()));
+    }
+    return out;
+  }
+
+  Example example(std::string const& text) const {
+    json doc;
+    try {
+      doc = json::parse(text);
+    } catch (json::parse_error const& e) {
+      // e.what() is "[json.exception.parse_error.101] parse error at line 1, column 7: <detail>"; the line is ours.
+      std::string const what = e.what();
+      std::size_t const colon = what.find(": ");
+      fail("", "malformed JSON at column " + std::to_string(e.byte) + ": " +
+                   (colon == std::string::npos ? what : what.substr(colon + 2)));
+    }
+    if (!doc.is_object()) fail("", "a line must hold one JSON object; got " + describe(doc));
+    auto const ids_it = doc.find("input_ids");
+    if (ids_it == doc.end()) fail("input_ids", "missing (each line needs \"input_ids\": [...])");
+    Example ex;
+    ex.input_ids = ids(*ids_it, "input_ids", false);
+    if (ex.input_ids.empty()) fail("input_ids", "empty example (zero tokens); examples must have at least 1 token");
+    auto const labels_it = doc.find("labels");
+    if (labels_it == doc.end()) {
+      ex.labels = ex.input_ids;
+    } else {
+      ex.labels = ids(*labels_it, "labels", true);
+      if (ex.labels.size() != ex.input_ids.size()) {
+        fail("labels", "has " + std::to_string(ex.labels.size()) + " entries but input_ids has " +
+                           std::to_string(ex.input_ids.size()) + "; they must be the same length (unshifted)");
+      }
+      for (std::size_t p = 0; p < ex.labels.size(); ++p) {
+        if (ex.labels[p] != kIgnoreIndex && ex.labels[p] != ex.input_ids[p]) {
+          fail("labels", element(p) + " is " + std::to_string(ex.labels[p]) + " but input_ids[" + std::to_string(p) +
+                             "] is " + std::to_string(ex.input_ids[p]) +
+                             "; a label must be -100 or the token at its position (unshifted HF convention)");
+        }
+      }
+    }
+    return ex;
+  }
+
+ private:
+  std::string name_;
+  std::int64_t line_;
+  std::int64_t vocab_size_;
+};
+
+void check_vocab(std::int64_t vocab_size) {
+  if (vocab_size < 1 || vocab_size > (std::int64_t{1} << 31)) {
+    throw std::invalid_argument("vocab_size must be in [1, 2^31]; got " + std::to_string(vocab_size));
+  }
+}
+
+std::string location(std::string const& file, std::int64_t line, std::string const& field, std::string const& what) {
+  std::string s = file;
+  if (line > 0) s += ":" + std::to_string(line);
+  s += ": ";
+  if (!field.empty()) s += "field '" + field + "': ";
+  return s + what;
+}
+
+}  // namespace
+
+DatasetError::DatasetError(std::string file, std::int64_t line, std::string field, std::string const& what)
+    : std::runtime_error(location(file, line, field, what)),
+      file_(std::move(file)),
+      line_(line),
+      field_(std::move(field)) {}
+
+std::int64_t read_jsonl(std::istream& in, std::string const& name, std::int64_t vocab_size, ExampleSink const& sink) {
+  check_vocab(vocab_size);
+  std::string text;
+  std::int64_t line = 0, count = 0;
+  while (std::getline(in, text)) {
+    ++line;
+    if (text.find_first_not_of(" \t\r\n") == std::string::npos) continue;
+    sink(LineReader(name, line, vocab_size).example(text));
+    ++count;
+  }
+  if (in.bad()) throw DatasetError(name, line + 1, "", "read error");
+  return count;
+}
+
+std::int64_t read_jsonl(std::string const& path, std::int64_t vocab_size, ExampleSink const& sink) {
+  std::ifstream in(path);
+  if (!in) throw DatasetError(path, 0, "", "cannot open the file for reading");
+  return read_jsonl(in, path, vocab_size, sink);
+}
+
+std::vector<Example> load_jsonl(std::string const& path, std::int64_t vocab_size) {
+  std::vector<Example> out;
+  read_jsonl(path, vocab_size, [&](Example&& ex) { out.push_back(std::move(ex)); });
+  return out;
+}
+
+void write_jsonl(std::ostream& out, std::vector<Example> const& examples) {
+  auto write_ids = [&](std::vector<std::int32_t> const& ids) {
+    out << '[';
+    for (std::size_t i = 0; i < ids.size(); ++i) out << (i ? "," : "") << ids[i];
+    out << ']';
+  };
+  for (Example const& ex : examples) {
+    out << "{\"input_ids\":";
+    write_ids(ex.input_ids);
+    out << ",\"labels\":";
+    write_ids(ex.labels);
+    out << "}\n";
+  }
+}
+
+void write_jsonl(std::string const& path, std::vector<Example> const& examples) {
+  std::ofstream out(path);
+  if (!out) throw DatasetError(path, 0, "", "cannot open the file for writing");
+  write_jsonl(out, examples);
+  out.flush();
+  if (!out) throw DatasetError(path, 0, "", "write error");
+}
+
+void check_example(Example const& ex, std::int64_t vocab_size, std::string const& what) {
+  check_vocab(vocab_size);
+  if (ex.input_ids.empty()) throw std::invalid_argument(what + ": empty example (zero tokens)");
+  if (ex.labels.size() != ex.input_ids.size()) {
+    throw std::invalid_argument(what + ": labels has " + std::to_string(ex.labels.size()) +
+                                " entries but input_ids has " + std::to_string(ex.input_ids.size()));
+  }
+  for (std::size_t p = 0; p < ex.input_ids.size(); ++p) {
+    std::int32_t const id = ex.input_ids[p], label = ex.labels[p];
+    if (id < 0 || id >= vocab_size) {
+      throw std::invalid_argument(what + ": input_ids[" + std::to_string(p) + "]=" + std::to_string(id) +
+                                  " is outside the vocabulary [0, " + std::to_string(vocab_size) + ")");
+    }
+    if (label != kIgnoreIndex && label != id) {
+      throw std::invalid_argument(what + ": labels[" + std::to_string(p) + "]=" + std::to_string(label) +
+                                  " is neither -100 nor the token input_ids[" + std::to_string(p) +
+                                  "]=" + std::to_string(id));
+    }
+  }
+}
+
+}  // namespace fusepack::packing

@@ -1,0 +1,161 @@
+// fusepack-pack: plans one epoch of a dataset (a JSONL file or a synthetic spec) and prints what padded 2D batches
+// and 1D packed batches cost at a token budget. Exit code 0 on success, 2 on any error (message on stderr).
+#include "packing/dataset.h"
+#include "packing/packer.h"
+#include "packing/stats.h"
+#include "packing/synthetic.h"
+
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <exception>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace fusepack::packing;
+
+constexpr std::int64_t kQwen35VocabSize = 248320;  // vocab_size of every released Qwen3.5 dense checkpoint
+
+std::string grouped(std::int64_t v) {
+  std::string digits = std::to_string(v < 0 ? -v : v), out;
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return v < 0 ? "-" + out : out;
+}
+
+std::string fixed(double v, int decimals) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
+  return buf;
+}
+
+std::string grouped(double v, int decimals) {
+  std::string const s = fixed(v, decimals);
+  std::size_t const dot = s.find('.');
+  return grouped(std::stoll(s.substr(0, dot))) + (dot == std::string::npos ? "" : s.substr(dot));
+}
+
+std::string percent(double fraction) { return fixed(100.0 * fraction, 1) + "%"; }
+
+void row(char const* label, std::string const& padded, std::string const& packed) {
+  std::printf("  %-26s %14s %14s\n", label, padded.c_str(), packed.c_str());
+}
+
+struct Args {
+  std::string data;
+  std::string synthetic;
+  std::int64_t vocab = 0;  // 0 = not given
+  PackerOptions packer;
+  std::string oversize = "error";
+};
+
+int run(Args const& args) {
+  PackerOptions options = args.packer;
+  options.oversize = parse_oversize_policy(args.oversize);
+  options.validate();
+
+  std::vector<std::int64_t> lengths;
+  std::string source;
+  if (!args.data.empty()) {
+    std::int64_t const vocab = args.vocab > 0 ? args.vocab : kQwen35VocabSize;
+    read_jsonl(args.data, vocab,
+               [&](Example&& ex) { lengths.push_back(static_cast<std::int64_t>(ex.input_ids.size())); });
+    source = args.data + " (ids checked against vocab " + grouped(vocab) + ")";
+    if (lengths.empty()) throw std::invalid_argument(args.data + ": no examples (the file is empty or blank)");
+  } else {
+    SyntheticSpec base;
+    if (args.vocab > 0) base.vocab_size = args.vocab;
+    SyntheticSpec const spec = parse_synthetic_spec(args.synthetic, base);
+    lengths = synthetic_lengths(spec);  // the lengths make_synthetic() would give, without drawing the tokens
+    source = spec.str();
+  }
+
+  std::vector<std::int64_t> const budgeted = budgeted_lengths(lengths, options);
+  EpochPlan const plan = plan_epoch(lengths, options, PlanMode::kFill);
+  BatchingStats const padded = padded_stats(budgeted, plan.padded, options.token_budget);
+  BatchingStats const packed = packed_stats(budgeted, plan.packed, options.token_budget);
+
+  std::vector<std::int64_t> sorted = lengths;
+  std::sort(sorted.begin(), sorted.end());
+  std::int64_t total = 0;
+  for (std::int64_t l : lengths) total += l;
+  auto const over =
+      std::count_if(lengths.begin(), lengths.end(), [&](std::int64_t l) { return l > options.token_budget; });
+
+  std::printf("fusepack-pack: %s\n", source.c_str());
+  std::printf("  token budget %s, lookahead %s, seed %llu, oversize %s\n\n", grouped(options.token_budget).c_str(),
+              grouped(options.lookahead).c_str(), static_cast<unsigned long long>(options.seed),
+              oversize_policy_name(options.oversize));
+  std::printf("  %-26s %14s\n", "examples", grouped(static_cast<std::int64_t>(lengths.size())).c_str());
+  std::printf("  %-26s %14s\n", "tokens", grouped(total).c_str());
+  if (over > 0)
+    std::printf("  %-26s %14s   (cut to the budget: %s tokens kept)\n", "examples over the budget",
+                grouped(over).c_str(), grouped(packed.tokens).c_str());
+  std::printf("  %-26s %s / %s / %s / %s (min / median / mean / max)\n\n", "example length",
+              grouped(sorted.front()).c_str(), grouped(sorted[(sorted.size() - 1) / 2]).c_str(),
+              grouped(static_cast<double>(total) / static_cast<double>(lengths.size()), 1).c_str(),
+              grouped(sorted.back()).c_str());
+
+  row("", "padded (2D)", "packed (1D)");
+  row("batches", grouped(padded.batches), grouped(packed.batches));
+  row("padding fraction", percent(padded.padding_fraction()), percent(packed.padding_fraction()));
+  row("budget fill", percent(padded.budget_fill()), percent(packed.budget_fill()));
+  row("tokens per batch: min", grouped(padded.min_tokens_per_batch), grouped(packed.min_tokens_per_batch));
+  row("                  mean", grouped(padded.mean_tokens_per_batch, 1), grouped(packed.mean_tokens_per_batch, 1));
+  row("                  max", grouped(padded.max_tokens_per_batch), grouped(packed.max_tokens_per_batch));
+  row("examples per batch (mean)", fixed(padded.mean_examples_per_batch, 2), fixed(packed.mean_examples_per_batch, 2));
+  double const reduction = 1.0 - static_cast<double>(packed.batches) / static_cast<double>(padded.batches);
+  std::printf("\n  packing needs %s fewer batches than padding (%s vs %s)\n", percent(reduction).c_str(),
+              grouped(packed.batches).c_str(), grouped(padded.batches).c_str());
+  std::printf(
+      "  padding fraction = padded slots / all slots (rows x longest); budget fill = tokens / (batches x "
+      "budget)\n");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Plans one epoch and prints what padded 2D and packed 1D batches cost at a token budget.",
+               "fusepack-pack"};
+  Args args;
+  auto* data = app.add_option("--data", args.data, "JSONL dataset: {\"input_ids\": [...], \"labels\": [...]} per line");
+  auto* synthetic = app.add_option("--synthetic", args.synthetic,
+                                   "synthetic:n=10000,median=900,sigma=0.9,vocab=32768,min=1,max=8192,prompt=0,seed=1");
+  data->excludes(synthetic);
+  app.add_option("--vocab", args.vocab,
+                 "vocabulary size: ids of --data are checked against it (default 248320, Qwen3.5); for --synthetic "
+                 "it applies when the spec has no vocab=");
+  app.add_option("--budget", args.packer.token_budget, "token budget of a batch")->capture_default_str();
+  app.add_option("--lookahead", args.packer.lookahead, "examples the packer may look ahead")->capture_default_str();
+  app.add_option("--seed", args.packer.seed, "shuffle seed")->capture_default_str();
+  app.add_option("--oversize", args.oversize, "examples longer than the budget: error or truncate")
+      ->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (CLI::ParseError const& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    std::fprintf(stderr, "fusepack-pack: %s\nRun with --help for more information.\n", e.what());
+    return 2;
+  }
+  if (args.data.empty() == args.synthetic.empty()) {
+    std::fprintf(stderr, "fusepack-pack: give exactly one of --data FILE.jsonl or --synthetic SPEC\n");
+    return 2;
+  }
+  if (app.count("--vocab") > 0 && args.vocab < 1) {
+    std::fprintf(stderr, "fusepack-pack: --vocab must be >= 1; got %lld\n", static_cast<long long>(args.vocab));
+    return 2;
+  }
+  try {
+    return run(args);
+  } catch (std::exception const& e) {
+    std::fprintf(stderr, "fusepack-pack: %s\n", e.what());
+    return 2;
+  }
+}

@@ -1,0 +1,202 @@
+// JSONL datasets: the HF convention read and written back, streaming, and every bad input named by file, line and
+// field.
+#include "packing/dataset.h"
+
+#include "tests/support/env.h"
+#include "tests/support/expect.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <unistd.h>
+
+namespace fusepack::test {
+namespace {
+
+using packing::DatasetError;
+using packing::Example;
+using packing::kIgnoreIndex;
+
+constexpr std::int64_t kVocab = 100;
+
+// A file under the temp directory, named after the running test, removed when the test ends.
+class TempFile {
+ public:
+  explicit TempFile(std::string const& contents) {
+    auto const* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    path_ = (std::filesystem::temp_directory_path() / ("fusepack_" + std::string(info->test_suite_name()) + "_" +
+                                                       info->name() + "_" + std::to_string(::getpid()) + ".jsonl"))
+                .string();
+    std::ofstream(path_) << contents;
+  }
+  ~TempFile() { std::remove(path_.c_str()); }
+  TempFile(TempFile const&) = delete;
+  TempFile& operator=(TempFile const&) = delete;
+  std::string const& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// `statement` must throw DatasetError naming `file`, `line` and `field`, whose message contains `substring`.
+#define EXPECT_DATASET_ERROR(statement, file_name, line_no, field_name, substring)                              \
+  do {                                                                                                          \
+    try {                                                                                                       \
+      statement;                                                                                                \
+      ADD_FAILURE() << "expected DatasetError containing '" << (substring) << "' from " << #statement;          \
+    } catch (DatasetError const& e_) {                                                                          \
+      std::printf("[  error   ] %s\n", e_.what());                                                              \
+      std::string const what_ = e_.what();                                                                      \
+      EXPECT_EQ(e_.file(), (file_name));                                                                        \
+      EXPECT_EQ(e_.line(), (line_no));                                                                          \
+      EXPECT_EQ(e_.field(), (field_name));                                                                      \
+      std::string const where_ = std::string(file_name) + ((line_no) > 0 ? ":" + std::to_string(line_no) : ""); \
+      EXPECT_EQ(what_.rfind(where_ + ": ", 0), 0u) << what_;                                                    \
+      if (!std::string(field_name).empty()) {                                                                   \
+        EXPECT_NE(what_.find("field '" + std::string(field_name) + "'"), std::string::npos) << what_;           \
+      }                                                                                                         \
+      EXPECT_NE(what_.find(substring), std::string::npos) << "message: " << what_;                              \
+    }                                                                                                           \
+  } while (0)
+
+std::vector<Example> read_text(std::string const& text, std::int64_t vocab = kVocab) {
+  std::istringstream in(text);
+  std::vector<Example> out;
+  packing::read_jsonl(in, "mem.jsonl", vocab, [&](Example&& ex) { out.push_back(std::move(ex)); });
+  return out;
+}
+
+void expect_error_on_line(std::string const& text, std::int64_t line, std::string const& field,
+                          std::string const& substring) {
+  TempFile const file(text);
+  EXPECT_DATASET_ERROR(packing::load_jsonl(file.path(), kVocab), file.path(), line, field, substring);
+}
+
+TEST(Dataset, ReadsInputIdsAndLabelsInTheHfConvention) {
+  auto const examples = read_text(R"({"input_ids": [5, 6, 7], "labels": [-100, 6, 7]})"
+                                  "\n"
+                                  R"({"input_ids": [9], "labels": [-100], "attention_mask": [1]})");
+  ASSERT_EQ(examples.size(), 2u);
+  EXPECT_EQ(examples[0].input_ids, (std::vector<std::int32_t>{5, 6, 7}));
+  EXPECT_EQ(examples[0].labels, (std::vector<std::int32_t>{kIgnoreIndex, 6, 7}));
+  EXPECT_EQ(examples[1].input_ids, (std::vector<std::int32_t>{9}));
+  EXPECT_EQ(examples[1].labels, (std::vector<std::int32_t>{kIgnoreIndex}));
+}
+
+TEST(Dataset, MissingLabelsMeanEveryPositionIsSupervised) {
+  auto const examples = read_text(R"({"input_ids": [1, 2, 99]})");
+  ASSERT_EQ(examples.size(), 1u);
+  EXPECT_EQ(examples[0].labels, examples[0].input_ids);
+}
+
+TEST(Dataset, SkipsBlankLinesButCountsThemInLineNumbers) {
+  std::string const text = "\n   \n{\"input_ids\": [1]}\r\n\t\n{\"input_ids\": [2, 3]}\n\n";
+  auto const examples = read_text(text);
+  ASSERT_EQ(examples.size(), 2u);
+  EXPECT_EQ(examples[1].input_ids, (std::vector<std::int32_t>{2, 3}));
+  expect_error_on_line("\n\n{\"input_ids\": [1]}\n\n{\"input_ids\": []}\n", 5, "input_ids", "empty example");
+}
+
+TEST(Dataset, StreamsExamplesToTheSinkInFileOrder) {
+  std::string text;
+  for (int i = 0; i < 50; ++i) text += "{\"input_ids\": [" + std::to_string(i) + "]}\n";
+  std::istringstream in(text);
+  std::vector<std::int32_t> seen;
+  std::int64_t const n = packing::read_jsonl(in, "mem", kVocab, [&](Example&& ex) { seen.push_back(ex.input_ids[0]); });
+  EXPECT_EQ(n, 50);
+  ASSERT_EQ(seen.size(), 50u);
+  for (int i = 0; i < 50; ++i) EXPECT_EQ(seen[i], i);
+}
+
+TEST(Dataset, RoundTripsThroughATempFile) {
+  auto rng = test_rng();
+  std::vector<Example> examples;
+  for (int i = 0; i < 40; ++i) {
+    Example ex;
+    int const len = 1 + static_cast<int>(rng() % 30);
+    for (int p = 0; p < len; ++p) {
+      std::int32_t const id = static_cast<std::int32_t>(rng() % kVocab);
+      ex.input_ids.push_back(id);
+      ex.labels.push_back(rng() % 3 == 0 ? kIgnoreIndex : id);
+    }
+    examples.push_back(ex);
+  }
+  TempFile const file("");
+  packing::write_jsonl(file.path(), examples);
+  std::vector<Example> const back = packing::load_jsonl(file.path(), kVocab);
+  ASSERT_EQ(back.size(), examples.size());
+  for (std::size_t i = 0; i < examples.size(); ++i) {
+    EXPECT_EQ(back[i].input_ids, examples[i].input_ids) << "example " << i;
+    EXPECT_EQ(back[i].labels, examples[i].labels) << "example " << i;
+  }
+}
+
+TEST(Dataset, RejectsMalformedJsonNamingFileAndLine) {
+  expect_error_on_line("{\"input_ids\": [1]}\n{\"input_ids\": [1, 2\n", 2, "", "malformed JSON");
+  expect_error_on_line("[1, 2, 3]\n", 1, "", "one JSON object");
+}
+
+TEST(Dataset, RejectsMissingOrNonArrayInputIds) {
+  expect_error_on_line("{\"labels\": [1]}\n", 1, "input_ids", "missing");
+  expect_error_on_line("{\"input_ids\": [1]}\n{\"input_ids\": 7}\n", 2, "input_ids", "must be an array");
+  expect_error_on_line("{\"input_ids\": \"1 2 3\"}\n", 1, "input_ids", "must be an array");
+}
+
+TEST(Dataset, RejectsNonIntegerIds) {
+  expect_error_on_line("{\"input_ids\": [1, 2.5]}\n", 1, "input_ids", "element 1 is 2.5");
+  expect_error_on_line("{\"input_ids\": [1, 2.0]}\n", 1, "input_ids", "not an integer");
+  expect_error_on_line("{\"input_ids\": [\"3\"]}\n", 1, "input_ids", "not an integer");
+  expect_error_on_line("{\"input_ids\": [true]}\n", 1, "input_ids", "not an integer");
+  expect_error_on_line("{\"input_ids\": [1], \"labels\": [null]}\n", 1, "labels", "not an integer");
+}
+
+TEST(Dataset, RejectsAnEmptyExample) {
+  expect_error_on_line("{\"input_ids\": [4]}\n{\"input_ids\": [], \"labels\": []}\n", 2, "input_ids", "empty example");
+}
+
+TEST(Dataset, RejectsIdsOutsideTheVocabulary) {
+  expect_error_on_line("{\"input_ids\": [0, 100]}\n", 1, "input_ids",
+                       "element 1 is 100, outside the vocabulary [0, 100)");
+  expect_error_on_line("{\"input_ids\": [-1]}\n", 1, "input_ids", "outside the vocabulary");
+  expect_error_on_line("{\"input_ids\": [-100]}\n", 1, "input_ids", "outside the vocabulary");
+  expect_error_on_line("{\"input_ids\": [18446744073709551615]}\n", 1, "input_ids", "outside the vocabulary");
+}
+
+TEST(Dataset, RejectsLabelsOfAnotherLength) {
+  expect_error_on_line("{\"input_ids\": [1, 2, 3], \"labels\": [1, 2]}\n", 1, "labels",
+                       "has 2 entries but input_ids has 3");
+  expect_error_on_line("{\"input_ids\": [1], \"labels\": 1}\n", 1, "labels", "must be an array");
+}
+
+TEST(Dataset, RejectsLabelsThatAreNeitherIgnoredNorTheToken) {
+  expect_error_on_line("{\"input_ids\": [1, 2], \"labels\": [-100, 100]}\n", 1, "labels",
+                       "element 1 is 100, outside the vocabulary");
+  expect_error_on_line("{\"input_ids\": [1, 2], \"labels\": [-5, 2]}\n", 1, "labels", "not the ignore index -100");
+  expect_error_on_line("{\"input_ids\": [1, 2], \"labels\": [1, 3]}\n", 1, "labels",
+                       "element 1 is 3 but input_ids[1] is 2");
+}
+
+TEST(Dataset, RejectsAMissingFileAndABadVocabulary) {
+  EXPECT_DATASET_ERROR(packing::load_jsonl("/nonexistent/fusepack.jsonl", kVocab), "/nonexistent/fusepack.jsonl", 0, "",
+                       "cannot open");
+  TempFile const file("{\"input_ids\": [1]}\n");
+  FUSEPACK_EXPECT_INVALID_ARGUMENT(packing::load_jsonl(file.path(), 0), "vocab_size must be in [1, 2^31]");
+}
+
+TEST(Dataset, CheckExampleNamesTheBadPosition) {
+  FUSEPACK_EXPECT_INVALID_ARGUMENT(packing::check_example(Example{}, kVocab, "example 3"), "example 3: empty example");
+  FUSEPACK_EXPECT_INVALID_ARGUMENT(packing::check_example(Example{{1, 200}, {1, 200}}, kVocab, "example 4"),
+                                   "example 4: input_ids[1]=200 is outside the vocabulary [0, 100)");
+  FUSEPACK_EXPECT_INVALID_ARGUMENT(packing::check_example(Example{{1, 2}, {1, 3}}, kVocab, "x"),
+                                   "labels[1]=3 is neither -100 nor the token input_ids[1]=2");
+  FUSEPACK_EXPECT_INVALID_ARGUMENT(packing::check_example(Example{{1, 2}, {1}}, kVocab, "x"),
+                                   "labels has 1 entries but input_ids has 2");
+  EXPECT_NO_THROW(packing::check_example(Example{{1, 2}, {kIgnoreIndex, 2}}, kVocab, "x"));
+}
+
+}  // namespace
+}  // namespace fusepack::test

@@ -1,0 +1,105 @@
+// fusepack-pack as a user runs it: the table on a synthetic set and a JSONL file, exit code 2 with a message on
+// stderr (never a crash) for every bad input.
+#include "tests/support/env.h"
+
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#ifndef FUSEPACK_PACK_BINARY
+#error "FUSEPACK_PACK_BINARY must name the fusepack-pack executable"
+#endif
+
+namespace fusepack::test {
+namespace {
+
+struct Result {
+  int exit_code = -1;
+  std::string out;  // stdout and stderr together
+};
+
+std::string temp_path(std::string const& suffix) {
+  auto const* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  return (std::filesystem::temp_directory_path() /
+          ("fusepack_pack_" + std::string(info->name()) + "_" + std::to_string(::getpid()) + suffix))
+      .string();
+}
+
+Result run_pack(std::string const& args) {
+  std::string const command = std::string(FUSEPACK_PACK_BINARY) + " " + args + " 2>&1";
+  Result r;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (!pipe) return r;
+  char buf[4096];
+  std::size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, pipe)) > 0) r.out.append(buf, n);
+  int const status = ::pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  std::printf("[   run    ] fusepack-pack %s -> exit %d\n%s", args.c_str(), r.exit_code, r.out.c_str());
+  return r;
+}
+
+void expect_usage_error(std::string const& args, std::string const& message) {
+  Result const r = run_pack(args);
+  EXPECT_EQ(r.exit_code, 2) << args;
+  EXPECT_NE(r.out.find(message), std::string::npos) << "output: " << r.out;
+}
+
+TEST(FusepackPack, PrintsPaddedAndPackedFiguresForASyntheticSet) {
+  Result const r = run_pack("--synthetic synthetic:n=500,median=200,max=1024 --budget 1024 --seed 3");
+  ASSERT_EQ(r.exit_code, 0);
+  for (char const* text : {"examples", "500", "padded (2D)", "packed (1D)", "batches", "padding fraction",
+                           "tokens per batch", "fewer batches than padding"}) {
+    EXPECT_NE(r.out.find(text), std::string::npos) << "missing '" << text << "'";
+  }
+}
+
+TEST(FusepackPack, ReadsAJsonlFile) {
+  std::string const path = temp_path(".jsonl");
+  {
+    std::ofstream out(path);
+    for (int i = 1; i <= 20; ++i) {
+      out << "{\"input_ids\": [";
+      for (int p = 0; p < i; ++p) out << (p ? "," : "") << p;
+      out << "]}\n";
+    }
+  }
+  Result const r = run_pack("--data " + path + " --budget 64 --vocab 32");
+  std::remove(path.c_str());
+  ASSERT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.out.find("210"), std::string::npos) << "1 + 2 + ... + 20 = 210 tokens";
+}
+
+TEST(FusepackPack, ExitsWithCode2AndAMessageOnBadInput) {
+  std::string const path = temp_path(".jsonl");
+  std::ofstream(path) << "{\"input_ids\": [1, 2]}\n{\"input_ids\": [3, 1.5]}\n";
+  expect_usage_error("--data " + path, path + ":2: field 'input_ids': element 1 is 1.5");
+  std::remove(path.c_str());
+  expect_usage_error("", "give exactly one of --data FILE.jsonl or --synthetic SPEC");
+  expect_usage_error("--data a.jsonl --synthetic synthetic:n=5", "excludes");
+  expect_usage_error("--data /nonexistent/x.jsonl", "/nonexistent/x.jsonl: cannot open");
+  expect_usage_error("--synthetic synthetic:n=5,colour=red", "unknown key 'colour'");
+  expect_usage_error("--synthetic nonsense", "must start with 'synthetic:'");
+  expect_usage_error("--synthetic synthetic:n=50 --budget 100", "more than the token budget of 100");
+  expect_usage_error("--synthetic synthetic:n=5 --budget lots", "--budget");
+  expect_usage_error("--synthetic synthetic:n=5 --budget 0", "token_budget must be in [1, 2^30]");
+  expect_usage_error("--synthetic synthetic:n=5 --lookahead 0", "lookahead must be >= 1");
+  expect_usage_error("--synthetic synthetic:n=5 --oversize drop", "must be 'error' or 'truncate'");
+  expect_usage_error("--synthetic synthetic:n=5 --vocab 0", "--vocab must be >= 1");
+  expect_usage_error("--synthetic synthetic:n=5 --frobnicate", "frobnicate");
+}
+
+TEST(FusepackPack, TruncatePolicyReportsTheExamplesOverTheBudget) {
+  Result const r = run_pack("--synthetic synthetic:n=50,median=900 --budget 100 --oversize truncate");
+  ASSERT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.out.find("examples over the budget"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace fusepack::test
