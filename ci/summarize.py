@@ -32,7 +32,11 @@ def suite_of(test_name):
 def main():
     build_dir, junit = sys.argv[1], sys.argv[2]
     labels = tests_by_label(build_dir)
-    root = ET.parse(junit).getroot()
+    try:
+        root = ET.parse(junit).getroot()
+    except (OSError, ET.ParseError) as e:
+        print(f"GATE FAILED: no CTest JUnit report to summarize ({e}); see the test log")
+        return 1
     per_label = {}
     failed, worst = [], {}
     for case in root.iter("testcase"):
