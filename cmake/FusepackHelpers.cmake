@@ -8,11 +8,13 @@ function(fusepack_warnings target)
     $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall -lineinfo>)
 endfunction()
 
-# fusepack_test(NAME <target> SOURCES <files...> [LIBS <targets...>] LABELS <labels...> [TIMEOUT <s>])
+# fusepack_test(NAME <target> SOURCES <files...> [LIBS <targets...>] LABELS <labels...> [TIMEOUT <s>]
+#               [GPU_FILTER <gtest pattern>])
 # Builds a GoogleTest binary linked with tests/support and registers each of its tests with CTest under the
-# given labels. A test that calls GTEST_SKIP() (for example: no CUDA device) is reported by CTest as skipped.
+# given labels. Tests matching GPU_FILTER (a --gtest_filter pattern such as "*Fused*") additionally get the `gpu`
+# label. A test that calls GTEST_SKIP() (for example: no CUDA device) is reported by CTest as skipped.
 function(fusepack_test)
-  cmake_parse_arguments(T "" "NAME;TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
+  cmake_parse_arguments(T "" "NAME;TIMEOUT;GPU_FILTER" "SOURCES;LIBS;LABELS" ${ARGN})
   if(NOT T_NAME OR NOT T_SOURCES OR NOT T_LABELS)
     message(FATAL_ERROR "fusepack_test needs NAME, SOURCES and LABELS")
   endif()
@@ -29,10 +31,34 @@ function(fusepack_test)
   fusepack_warnings(${T_NAME})
   # GoogleTest's registration macros declare members nvcc reports as unreferenced (#177) in every .cu test.
   target_compile_options(${T_NAME} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-diag-suppress=177>)
-  # The skip pattern matches GoogleTest's "[  SKIPPED ]" without brackets: CMake 3.x splits lists differently
-  # around unbalanced '[' and CMake 4.x writes these properties inside [[...]] bracket arguments.
-  string(REPLACE ";" "\\;" labels "${T_LABELS}")
-  gtest_discover_tests(${T_NAME}
-    DISCOVERY_MODE PRE_TEST NO_PRETTY_VALUES
-    PROPERTIES LABELS "${labels}" TIMEOUT ${T_TIMEOUT} SKIP_REGULAR_EXPRESSION "  SKIPPED ")
+  if(T_GPU_FILTER)
+    _fusepack_discover(${T_NAME} "-${T_GPU_FILTER}" "${T_LABELS}" ${T_TIMEOUT})
+    _fusepack_discover(${T_NAME} "${T_GPU_FILTER}" "${T_LABELS};gpu" ${T_TIMEOUT})
+  else()
+    _fusepack_discover(${T_NAME} "" "${T_LABELS}" ${T_TIMEOUT})
+  endif()
+endfunction()
+
+# Labels are set by a small script that CTest includes after the discovered tests (a list of several labels does not
+# survive gtest_discover_tests' PROPERTIES quoting). The skip pattern matches GoogleTest's "[  SKIPPED ]" without
+# brackets: CMake 3.x splits lists differently around an unbalanced '[', CMake 4.x writes properties inside [[...]].
+function(_fusepack_discover target filter labels timeout)
+  get_property(index TARGET ${target} PROPERTY FUSEPACK_DISCOVER_INDEX)
+  if(NOT index)
+    set(index 0)
+  endif()
+  math(EXPR index "${index} + 1")
+  set_property(TARGET ${target} PROPERTY FUSEPACK_DISCOVER_INDEX ${index})
+  set(list_var ${target}_${index}_TESTS)
+  set(filter_args)
+  if(filter)
+    set(filter_args TEST_FILTER "${filter}")
+  endif()
+  gtest_discover_tests(${target}
+    DISCOVERY_MODE PRE_TEST NO_PRETTY_VALUES TEST_LIST ${list_var} ${filter_args}
+    PROPERTIES TIMEOUT ${timeout} SKIP_REGULAR_EXPRESSION "  SKIPPED ")
+  set(labels_script ${CMAKE_CURRENT_BINARY_DIR}/${target}_${index}_labels.cmake)
+  file(WRITE ${labels_script}
+    "if(${list_var})\n  set_tests_properties(\${${list_var}} PROPERTIES LABELS \"${labels}\")\nendif()\n")
+  set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES ${labels_script})
 endfunction()

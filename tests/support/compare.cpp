@@ -137,6 +137,7 @@ std::string ErrorReport::str() const {
   }
   if (nonfinite) s += "; " + std::to_string(nonfinite) + " non-finite mismatches";
   s += "; tolerance " + tolerance;
+  if (!failed_bound.empty()) s += "; FAILED " + failed_bound;
   return s;
 }
 

@@ -41,9 +41,10 @@ struct ErrorReport {
   std::string worst_where;
   double worst_got = 0, worst_ref = 0, worst_allowed = 0;
   double budget_used = 0;  // max over elements of |x − ref| / allowed (> 1 fails)
-  std::string tolerance;   // how the allowed error was set, for the message
+  std::string tolerance;     // how the allowed error was set, for the message
+  std::string failed_bound;  // a further bound the caller checked and found broken (empty = none)
 
-  bool passed() const { return count >= 0 && nonfinite == 0 && budget_used <= 1.0; }
+  bool passed() const { return nonfinite == 0 && budget_used <= 1.0 && failed_bound.empty(); }
   std::string str() const;  // one line: name, errors, worst element, budget share, PASS/FAIL
 };
 

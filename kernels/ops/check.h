@@ -1,0 +1,23 @@
+// Input validation at the LibTorch boundary: every failure is a c10::Error (TORCH_CHECK) whose message names the
+// op, the tensor and the dimension, with what was expected and what was given.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <string>
+#include <vector>
+
+namespace fusepack::ops {
+
+// `t` must be defined with `dims` dimensions; -1 in `sizes` accepts any size in that dimension.
+void check_sizes(char const* op, char const* name, at::Tensor const& t, std::vector<int64_t> const& sizes);
+// Same dtype and device as `like`.
+void check_same_dtype_device(char const* op, char const* name, at::Tensor const& t, char const* like_name,
+                             at::Tensor const& like);
+// The fused path's requirements: built with CUDA, a CUDA tensor, contiguous, dtype one of fp32/bf16/fp16.
+void check_fused_input(char const* op, char const* name, at::Tensor const& t);
+// cu_seqlens of T packed tokens: 1-D int32 with at least 2 entries, cu[0] == 0, non-decreasing, cu[N] == T.
+// Reads the values (a device-to-host copy when on the GPU). Returns them on the host.
+std::vector<int32_t> check_cu_seqlens(char const* op, at::Tensor const& cu_seqlens, int64_t T);
+
+}  // namespace fusepack::ops

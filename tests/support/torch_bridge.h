@@ -1,0 +1,43 @@
+// Between LibTorch tensors and the fp64 references, for the kernel tests: conversions, the CUDA-device skip, and the
+// DESIGN section 5 check of a fused result against the reference with the composite as baseline.
+#pragma once
+
+#include "reference/tensor.h"
+#include "tests/support/compare.h"
+#include "tests/support/dtype.h"
+
+#include <ATen/core/Tensor.h>
+
+#include <string>
+
+namespace fusepack::test {
+
+ref::Tensor to_ref(at::Tensor const& t);  // any dtype and device → fp64 on the host, same shape
+// Exact when `t` holds values of `dtype` (draw, then round_to(dtype, ...), then convert).
+at::Tensor to_torch(ref::Tensor const& t, at::ScalarType dtype, at::Device device);
+at::ScalarType scalar_type(Dtype dtype);
+Dtype test_dtype(at::ScalarType type);
+
+// Whether a CUDA device can run the fused kernels; when not, `why` says why.
+bool cuda_device_available(std::string* why);
+
+// fp32 kernels must also keep ||x − ref||/||ref|| under this. fp32 rounds at 6e-8 relative; the ops accumulate at
+// most a few thousand terms, whose rounding errors grow like their square root (≈ 4e-6 at 4096): 1e-5 leaves room
+// for that while a wrong formula or a lost term errs by 1e-3 or more.
+inline constexpr double kFp32RelRms = 1e-5;
+
+// DESIGN section 5: max|fused − ref64| <= 2·max|composite − ref64| + one rounding step of the output dtype at
+// max|ref64|, and for fp32 also rel-RMS <= kFp32RelRms. `composite` is the unfused ATen baseline in the same dtype.
+ErrorReport check_fused(std::string const& name, at::Tensor const& fused, at::Tensor const& composite,
+                        ref::Tensor const& ref, IndexLayout const& layout = {});
+
+}  // namespace fusepack::test
+
+// Skips the current test, with the reason, when no CUDA device can run the fused kernels.
+#define FUSEPACK_SKIP_WITHOUT_CUDA()                                        \
+  do {                                                                      \
+    std::string fusepack_why_;                                              \
+    if (!::fusepack::test::cuda_device_available(&fusepack_why_)) {         \
+      GTEST_SKIP() << fusepack_why_;                                        \
+    }                                                                       \
+  } while (0)
