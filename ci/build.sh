@@ -13,7 +13,8 @@ if [ -d /usr/local/cuda/bin ] && ! command -v nvcc >/dev/null; then export PATH=
 
 export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/ccache}
 start=$(date +%s)
-cmake -S . -B "$build_dir" -G Ninja -DCMAKE_PREFIX_PATH="$prefix_path" ${FUSEPACK_CMAKE_ARGS:-} "$@" >"$build_dir.configure.log" 2>&1 ||
-  { cat "$build_dir.configure.log"; echo "[build] configure failed (log above)"; exit 1; }
+mkdir -p "$build_dir"
+cmake -S . -B "$build_dir" -G Ninja -DCMAKE_PREFIX_PATH="$prefix_path" ${FUSEPACK_CMAKE_ARGS:-} "$@" >"$build_dir/configure.log" 2>&1 ||
+  { cat "$build_dir/configure.log"; echo "[build] configure failed (log above)"; exit 1; }
 cmake --build "$build_dir" -j "$jobs"
 echo "[build] built $build_dir in $(( $(date +%s) - start )) s"
