@@ -46,8 +46,28 @@ void check_fused_input(char const* op, char const* name, at::Tensor const& t) {
               "and fp16; ", name, " is ", s);
 }
 
+namespace {
+
+// The last cu_seqlens that passed, held by reference so its memory cannot be reused by another tensor: every layer of
+// a step passes the same tensor, and only the first call pays the device-to-host copy (a stream sync). Its version
+// counter changes with any in-place write, so a modified tensor is checked again.
+struct ValidatedCuSeqlens {
+  at::Tensor tensor;
+  int64_t version = -1;
+  int64_t T = -1;
+  std::vector<int32_t> values;
+};
+thread_local ValidatedCuSeqlens last_validated;
+
+}  // namespace
+
 std::vector<int32_t> check_cu_seqlens(char const* op, at::Tensor const& cu_seqlens, int64_t T) {
   TORCH_CHECK(cu_seqlens.defined(), op, ": cu_seqlens is required but was not given");
+  bool const cacheable = !cu_seqlens.is_inference();
+  if (cacheable && last_validated.tensor.defined() && last_validated.tensor.is_same(cu_seqlens) &&
+      last_validated.version == cu_seqlens._version() && last_validated.T == T) {
+    return last_validated.values;
+  }
   TORCH_CHECK(cu_seqlens.scalar_type() == at::kInt, op, ": cu_seqlens must be int32; got ", cu_seqlens.scalar_type());
   TORCH_CHECK(cu_seqlens.dim() == 1 && cu_seqlens.size(0) >= 2, op,
               ": cu_seqlens must be 1-D with at least 2 entries (one example); got shape ", cu_seqlens.sizes());
@@ -61,7 +81,9 @@ std::vector<int32_t> check_cu_seqlens(char const* op, at::Tensor const& cu_seqle
   }
   TORCH_CHECK(cu[n - 1] == T, op, ": cu_seqlens must end at the number of tokens T=", T, "; got cu_seqlens[", n - 1,
               "]=", cu[n - 1]);
-  return std::vector<int32_t>(cu, cu + n);
+  std::vector<int32_t> values(cu, cu + n);
+  if (cacheable) last_validated = {cu_seqlens, cu_seqlens._version(), T, values};
+  return values;
 }
 
 }  // namespace fusepack::ops

@@ -17,7 +17,8 @@ void check_same_dtype_device(char const* op, char const* name, at::Tensor const&
 // The fused path's requirements: built with CUDA, a CUDA tensor, contiguous, dtype one of fp32/bf16/fp16.
 void check_fused_input(char const* op, char const* name, at::Tensor const& t);
 // cu_seqlens of T packed tokens: 1-D int32 with at least 2 entries, cu[0] == 0, non-decreasing, cu[N] == T.
-// Reads the values (a device-to-host copy when on the GPU). Returns them on the host.
+// Reads the values (a device-to-host copy when on the GPU) and returns them on the host; a second call with the same,
+// unmodified tensor returns the values it validated before without copying again.
 std::vector<int32_t> check_cu_seqlens(char const* op, at::Tensor const& cu_seqlens, int64_t T);
 
 }  // namespace fusepack::ops

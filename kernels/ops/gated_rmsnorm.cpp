@@ -1,0 +1,108 @@
+#include "kernels/ops/gated_rmsnorm.h"
+
+#include "kernels/ops/check.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#ifdef FUSEPACK_WITH_CUDA_KERNELS
+#include "kernels/gated_rmsnorm/gated_rmsnorm.h"
+#include "kernels/ops/dtype.h"
+
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#endif
+
+namespace fusepack::ops {
+
+namespace {
+
+// HF Qwen3_5RMSNormGated: normalise in fp32 (fp64 stays fp64), cast to the input dtype, multiply by w in that dtype,
+// multiply by silu(z) in fp32, cast back.
+at::Tensor gated_rmsnorm_composite(at::Tensor const& x, at::Tensor const& z, at::Tensor const& weight, double eps) {
+  at::ScalarType const dtype = x.scalar_type(), compute = at::promote_types(dtype, at::kFloat);
+  at::Tensor const xf = x.to(compute);
+  at::Tensor const normed = xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
+  at::Tensor const scaled = weight * normed.to(dtype);
+  return (scaled * at::silu(z.to(compute))).to(dtype);
+}
+
+#ifdef FUSEPACK_WITH_CUDA_KERNELS
+struct GatedRmsNormFunction : torch::autograd::Function<GatedRmsNormFunction> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, at::Tensor const& x, at::Tensor const& z,
+                            at::Tensor const& weight, double eps) {
+    c10::cuda::CUDAGuard guard(x.device());
+    int64_t const dim = x.size(-1), rows = x.numel() / dim;
+    at::Tensor y = at::empty_like(x);
+    at::Tensor rstd = at::empty({rows}, x.options().dtype(at::kFloat));
+    GatedRmsNormFwdParams p;
+    p.x = x.data_ptr();
+    p.z = z.data_ptr();
+    p.weight = weight.data_ptr();
+    p.y = y.data_ptr();
+    p.rstd = rstd.data_ptr<float>();
+    p.rows = rows;
+    p.dim = dim;
+    p.eps = static_cast<float>(eps);
+    p.dtype = kernel_dtype(x);
+    run_gated_rmsnorm_fwd(p, at::cuda::getCurrentCUDAStream());
+    ctx->save_for_backward({x, z, weight, rstd});
+    return y;
+  }
+
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
+                                               torch::autograd::tensor_list grads) {
+    auto const saved = ctx->get_saved_variables();
+    at::Tensor const &x = saved[0], &z = saved[1], &weight = saved[2], &rstd = saved[3];
+    at::Tensor const dy = grads[0].contiguous();
+    c10::cuda::CUDAGuard guard(x.device());
+    at::Tensor dx = at::empty_like(x), dz = at::empty_like(z), dweight = at::empty_like(weight);
+    GatedRmsNormBwdParams p;
+    p.x = x.data_ptr();
+    p.z = z.data_ptr();
+    p.weight = weight.data_ptr();
+    p.rstd = rstd.data_ptr<float>();
+    p.rows = rstd.size(0);
+    p.dim = x.size(-1);
+    p.dtype = kernel_dtype(x);
+    p.dy = dy.data_ptr();
+    p.dx = dx.data_ptr();
+    p.dz = dz.data_ptr();
+    p.dweight = dweight.data_ptr();
+    p.num_partials = gated_rmsnorm_bwd_num_partials(p);
+    at::Tensor partial = at::empty({p.num_partials, p.dim}, x.options().dtype(at::kFloat));
+    p.dweight_partial = partial.data_ptr<float>();
+    run_gated_rmsnorm_bwd(p, at::cuda::getCurrentCUDAStream());
+    return {dx, dz, dweight, at::Tensor()};
+  }
+};
+#endif
+
+}  // namespace
+
+at::Tensor gated_rmsnorm(at::Tensor const& x, at::Tensor const& z, at::Tensor const& weight, double eps,
+                         Backend backend) {
+  TORCH_CHECK(x.defined() && x.dim() >= 1, "gated_rmsnorm: x must be [..., D] with at least 1 dimension; got ",
+              x.defined() ? c10::str("shape ", x.sizes()) : std::string("no tensor"));
+  TORCH_CHECK(z.defined(), "gated_rmsnorm: z is required but was not given");
+  TORCH_CHECK(z.sizes() == x.sizes(), "gated_rmsnorm: z has shape ", z.sizes(), " but x has ", x.sizes(),
+              "; they must match");
+  check_sizes("gated_rmsnorm", "weight", weight, {x.size(-1)});
+  check_same_dtype_device("gated_rmsnorm", "z", z, "x", x);
+  check_same_dtype_device("gated_rmsnorm", "weight", weight, "x", x);
+  TORCH_CHECK(eps > 0, "gated_rmsnorm: eps must be > 0; got ", eps);
+  if (backend == Backend::kComposite) return gated_rmsnorm_composite(x, z, weight, eps);
+  check_fused_input("gated_rmsnorm", "x", x);
+  check_fused_input("gated_rmsnorm", "z", z);
+  check_fused_input("gated_rmsnorm", "weight", weight);
+#ifdef FUSEPACK_WITH_CUDA_KERNELS
+  TORCH_CHECK(x.size(-1) >= 1 && x.size(-1) <= kNormMaxDim, "gated_rmsnorm: the fused kernel keeps a row in "
+              "registers and supports 1 <= D <= ", kNormMaxDim, "; got x of shape ", x.sizes(), " (D = ", x.size(-1),
+              ")");
+  return GatedRmsNormFunction::apply(x, z, weight, eps);
+#else
+  TORCH_CHECK(false, "gated_rmsnorm: unreachable without CUDA kernels");
+#endif
+}
+
+}  // namespace fusepack::ops

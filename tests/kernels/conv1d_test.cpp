@@ -1,0 +1,296 @@
+// conv1d on both backends: the fused kernel against the fp64 reference under DESIGN section 5, with the composite in
+// the same dtype as baseline (suites *Fused*: labels kernels + gpu), forward and both gradients; the composite on the
+// CPU against the reference in fp64 (x, weight and initial_state gradients); the no-leak perturbation property on
+// the GPU; bitwise determinism of the fused backward; T = 0; bad input.
+#include "kernels/ops/conv1d.h"
+#include "reference/conv1d.h"
+
+#include "tests/support/env.h"
+#include "tests/support/expect.h"
+#include "tests/support/random.h"
+#include "tests/support/torch_bridge.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/autograd.h>
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace fusepack::test {
+namespace {
+
+using ops::Backend;
+using ref::Tensor;
+
+at::Tensor cu_tensor(std::vector<std::int32_t> const& cu, at::Device device) {
+  return at::tensor(std::vector<int32_t>(cu.begin(), cu.end()), at::kInt).to(device);
+}
+
+// Forward and the gradients of one backend, for loss = <dy, y>. dinitial_state is defined only when a state is given.
+struct Conv1dRun {
+  at::Tensor y, dx, dweight, dinitial_state;
+};
+
+Conv1dRun run(Backend backend, at::Tensor const& x0, at::Tensor const& weight0, at::Tensor const& cu, bool silu,
+              at::Tensor const& dy, at::Tensor const& state0 = {}) {
+  at::Tensor x = x0.detach().clone().requires_grad_(), weight = weight0.detach().clone().requires_grad_();
+  at::Tensor state = state0.defined() ? state0.detach().clone().requires_grad_() : at::Tensor();
+  at::Tensor y = ops::conv1d(x, weight, cu, silu, backend, state);
+  std::vector<at::Tensor> inputs{x, weight};
+  if (state.defined()) inputs.push_back(state);
+  // allow_unused: with T = 0 the composite's output does not depend on weight at all.
+  auto grads = torch::autograd::grad({y}, inputs, {dy}, /*retain_graph=*/false, /*create_graph=*/false,
+                                     /*allow_unused=*/true);
+  auto or_zeros = [](at::Tensor const& g, at::Tensor const& like) { return g.defined() ? g : at::zeros_like(like); };
+  return {y.detach(), or_zeros(grads[0], x), or_zeros(grads[1], weight),
+          state.defined() ? or_zeros(grads[2], state) : at::Tensor()};
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Composite on the CPU in fp64 vs the reference.
+
+struct CompositeCase {
+  std::string name;
+  std::vector<int> lengths;  // zeros allowed; empty = 300 random examples of 1..3 tokens
+  int64_t C, W;
+  bool silu, with_state;
+};
+
+class Conv1dComposite : public ::testing::TestWithParam<CompositeCase> {};
+
+TEST_P(Conv1dComposite, MatchesReferenceOnCpuInFp64) {
+  CompositeCase const& tc = GetParam();
+  auto rng = test_rng();
+  std::vector<int> const lengths = tc.lengths.empty() ? random_lengths(rng, 300, 1, 3) : tc.lengths;
+  std::vector<std::int32_t> const cu = cu_seqlens_from_lengths(lengths);
+  int64_t const T = cu.back(), N = static_cast<int64_t>(lengths.size());
+  Tensor const x = randn({T, tc.C}, rng), weight = randn({tc.C, tc.W}, rng, 0.7), dy = randn({T, tc.C}, rng);
+  Tensor const state = tc.with_state ? randn({N, tc.C, tc.W - 1}, rng) : Tensor();
+  at::Device const cpu(at::kCPU);
+  Conv1dRun const r = run(Backend::kComposite, to_torch(x, at::kDouble, cpu), to_torch(weight, at::kDouble, cpu),
+                          cu_tensor(cu, cpu), tc.silu, to_torch(dy, at::kDouble, cpu),
+                          tc.with_state ? to_torch(state, at::kDouble, cpu) : at::Tensor());
+  Tensor const y = ref::conv1d_fwd(x, weight, cu, tc.silu, state);
+  ref::Conv1dGrads const g = ref::conv1d_bwd(dy, x, weight, cu, tc.silu, state);
+  // Both sides compute the same fp64 sums (at most W terms per tap sum, T per dweight) in different orders.
+  Tolerance const tol{1e-13, 1e-12};
+  FUSEPACK_EXPECT_PASS(compare_allclose("y", to_ref(r.y), y, tol, packed_layout(y, cu)));
+  FUSEPACK_EXPECT_PASS(compare_allclose("dx", to_ref(r.dx), g.dx, tol, packed_layout(g.dx, cu)));
+  FUSEPACK_EXPECT_PASS(compare_allclose("dweight", to_ref(r.dweight), g.dweight, tol));
+  if (tc.with_state) {
+    FUSEPACK_EXPECT_PASS(compare_allclose("dinitial_state", to_ref(r.dinitial_state), g.dinitial_state, tol));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cpu, Conv1dComposite,
+    ::testing::Values(CompositeCase{"w1_c5_silu_seqs_4_1", {4, 1}, 5, 1, true, false},
+                      CompositeCase{"w2_c7_seqs_3_1_4_state", {3, 1, 4}, 7, 2, false, true},
+                      CompositeCase{"w3_c6_one_example_9", {9}, 6, 3, false, false},
+                      CompositeCase{"w3_c9_silu_state_seqs_1_5_2", {1, 5, 2}, 9, 3, true, true},
+                      CompositeCase{"w4_c7_silu_seqs_1_2_6", {1, 2, 6}, 7, 4, true, false},
+                      CompositeCase{"w4_c5_silu_state_seqs_3_0_4", {3, 0, 4}, 5, 4, true, true},
+                      CompositeCase{"w4_c3_silu_300_tiny_examples", {}, 3, 4, true, false},
+                      CompositeCase{"w4_c4_silu_state_300_tiny_examples", {}, 4, 4, true, true}),
+    [](auto const& tc) { return tc.param.name; });
+
+TEST(Conv1dComposite, ZeroTokens) {
+  at::Tensor const x = at::zeros({0, 5}, at::kDouble), weight = at::ones({5, 4}, at::kDouble);
+  Conv1dRun const r = run(Backend::kComposite, x, weight, cu_tensor({0, 0, 0}, at::kCPU), true, x);
+  EXPECT_EQ(r.y.sizes(), x.sizes());
+  EXPECT_EQ(r.dx.sizes(), x.sizes());
+  EXPECT_TRUE(at::equal(r.dweight, at::zeros_like(weight)));
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Fused on the GPU vs the reference, the composite in the same dtype as baseline.
+
+struct FusedShape {
+  std::string name;
+  int64_t C;
+  std::vector<int> lengths;  // zeros allowed; empty = 300 random examples of 1..3 tokens
+};
+
+class Conv1dFused : public ::testing::TestWithParam<std::tuple<Dtype, int, bool, FusedShape>> {};
+
+TEST_P(Conv1dFused, MatchesReference) {
+  FUSEPACK_SKIP_WITHOUT_CUDA();
+  auto const [dtype, W, silu, shape] = GetParam();
+  auto rng = test_rng();
+  std::vector<int> const lengths = shape.lengths.empty() ? random_lengths(rng, 300, 1, 3) : shape.lengths;
+  std::vector<std::int32_t> const cu = cu_seqlens_from_lengths(lengths);
+  int64_t const T = cu.back();
+  Tensor x = randn({T, shape.C}, rng), weight = randn({shape.C, W}, rng, 0.7), dy = randn({T, shape.C}, rng);
+  for (Tensor* t : {&x, &weight, &dy}) round_to(dtype, *t);  // the reference sees exactly the kernel's inputs
+  at::Device const cuda(at::kCUDA);
+  at::ScalarType const st = scalar_type(dtype);
+  at::Tensor const xt = to_torch(x, st, cuda), wt = to_torch(weight, st, cuda), dyt = to_torch(dy, st, cuda);
+  at::Tensor const cut = cu_tensor(cu, cuda);
+  Conv1dRun const fused = run(Backend::kFused, xt, wt, cut, silu, dyt);
+  Conv1dRun const composite = run(Backend::kComposite, xt, wt, cut, silu, dyt);
+  ref::Conv1dGrads const want = ref::conv1d_bwd(dy, x, weight, cu, silu);
+  Tensor const y = ref::conv1d_fwd(x, weight, cu, silu);
+  FUSEPACK_EXPECT_PASS(check_fused("y", fused.y, composite.y, y, packed_layout(y, cu)));
+  FUSEPACK_EXPECT_PASS(check_fused("dx", fused.dx, composite.dx, want.dx, packed_layout(want.dx, cu)));
+  FUSEPACK_EXPECT_PASS(check_fused("dweight", fused.dweight, composite.dweight, want.dweight));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Sm90, Conv1dFused,
+    ::testing::Combine(
+        ::testing::Values(Dtype::kBF16, Dtype::kF32), ::testing::Values(2, 3, 4), ::testing::Values(true, false),
+        ::testing::Values(FusedShape{"c10240_seqs_1_17_1024", 10240, {1, 17, 1024}},  // Qwen3.5-27B conv_dim
+                          // examples starting inside runs and ring chunks, on the pack path
+                          FusedShape{"c64_seqs_31_33_64_2_129_5", 64, {31, 33, 64, 2, 129, 5}},
+                          FusedShape{"c264_seqs_0_33_0_5_0", 264, {0, 33, 0, 5, 0}},  // empty examples
+                          FusedShape{"c520_one_example_777", 520, {777}},
+                          FusedShape{"c64_300_tiny_examples", 64, {}},
+                          // C not a multiple of 8 (bf16) or 4 (fp32): the scalar path
+                          FusedShape{"c7_seqs_5_1_12", 7, {5, 1, 12}},
+                          FusedShape{"c4099_seqs_3_40_1", 4099, {3, 40, 1}},
+                          FusedShape{"c13_300_tiny_examples", 13, {}})),
+    [](auto const& tc) {
+      return std::string(dtype_name(std::get<0>(tc.param))) + "_w" + std::to_string(std::get<1>(tc.param)) +
+             (std::get<2>(tc.param) ? "_silu_" : "_") + std::get<3>(tc.param).name;
+    });
+
+TEST(Conv1dFused, ZeroTokens) {
+  FUSEPACK_SKIP_WITHOUT_CUDA();
+  auto opts = at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA);
+  at::Tensor const x = at::zeros({0, 16}, opts), weight = at::ones({16, 4}, opts);
+  Conv1dRun const r = run(Backend::kFused, x, weight, cu_tensor({0, 0}, at::kCUDA), true, x);
+  EXPECT_EQ(r.y.sizes(), x.sizes());
+  EXPECT_EQ(r.dx.sizes(), x.sizes());
+  EXPECT_TRUE(at::equal(r.dweight, at::zeros_like(weight))) << "dweight of zero tokens must be written as zeros";
+}
+
+// The no-leak property on the kernel itself: changing example j's input leaves every other example's y and dx
+// bitwise unchanged (taps and their gradients never cross an example boundary, and nothing else mixes examples).
+class Conv1dFusedNoLeak : public ::testing::TestWithParam<std::tuple<Dtype, int64_t>> {};
+
+TEST_P(Conv1dFusedNoLeak, PerturbingOneExampleLeavesOthersBitwiseUnchanged) {
+  FUSEPACK_SKIP_WITHOUT_CUDA();
+  auto const [dtype, C] = GetParam();
+  auto rng = test_rng();
+  std::vector<int> const lengths = random_lengths(rng, 12, 1, 40);
+  std::vector<std::int32_t> const cu = cu_seqlens_from_lengths(lengths);
+  int64_t const T = cu.back();
+  at::Device const cuda(at::kCUDA);
+  at::ScalarType const st = scalar_type(dtype);
+  at::Tensor const x = to_torch(randn({T, C}, rng), st, cuda), weight = to_torch(randn({C, 4}, rng, 0.7), st, cuda);
+  at::Tensor const dy = to_torch(randn({T, C}, rng), st, cuda), cut = cu_tensor(cu, cuda);
+  Conv1dRun const base = run(Backend::kFused, x, weight, cut, true, dy);
+  for (int j : {0, 5, 11}) {
+    int64_t const start = cu[j], len = lengths[j];
+    at::Tensor x2 = x.clone();
+    x2.narrow(0, start, len).copy_(to_torch(randn({len, C}, rng, 3.0), st, cuda));
+    Conv1dRun const moved = run(Backend::kFused, x2, weight, cut, true, dy);
+    EXPECT_FALSE(at::equal(moved.y.narrow(0, start, len), base.y.narrow(0, start, len)))
+        << "the perturbation of example " << j << " did not change its own output";
+    for (auto const& [name, a, b] : {std::tuple{"y", base.y, moved.y}, std::tuple{"dx", base.dx, moved.dx}}) {
+      EXPECT_TRUE(at::equal(a.narrow(0, 0, start), b.narrow(0, 0, start)))
+          << name << " of examples before example " << j << " changed when only example " << j << " changed";
+      EXPECT_TRUE(at::equal(a.narrow(0, start + len, T - start - len), b.narrow(0, start + len, T - start - len)))
+          << name << " of examples after example " << j << " changed when only example " << j << " changed";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Sm90, Conv1dFusedNoLeak,
+                         ::testing::Combine(::testing::Values(Dtype::kBF16, Dtype::kF32),
+                                            ::testing::Values(int64_t{520}, int64_t{13})),
+                         [](auto const& tc) {
+                           return std::string(dtype_name(std::get<0>(tc.param))) + "_c" +
+                                  std::to_string(std::get<1>(tc.param));
+                         });
+
+TEST(Conv1dFused, BackwardIsBitwiseDeterministic) {
+  FUSEPACK_SKIP_WITHOUT_CUDA();
+  auto rng = test_rng();
+  std::vector<std::int32_t> const cu = cu_seqlens_from_lengths({1, 17, 1024, 3000});
+  int64_t const T = cu.back(), C = 10240;
+  at::Device const cuda(at::kCUDA);
+  at::Tensor const cut = cu_tensor(cu, cuda);
+  for (at::ScalarType st : {at::kBFloat16, at::kFloat}) {
+    at::Tensor const x = to_torch(randn({T, C}, rng), st, cuda), weight = to_torch(randn({C, 4}, rng, 0.7), st, cuda);
+    at::Tensor const dy = to_torch(randn({T, C}, rng), st, cuda);
+    Conv1dRun const a = run(Backend::kFused, x, weight, cut, true, dy);
+    Conv1dRun const b = run(Backend::kFused, x, weight, cut, true, dy);
+    EXPECT_TRUE(at::equal(a.y, b.y)) << st;
+    EXPECT_TRUE(at::equal(a.dx, b.dx)) << st;
+    EXPECT_TRUE(at::equal(a.dweight, b.dweight)) << st;
+  }
+}
+
+TEST(Conv1dFused, RefusesCuSeqlensOnAnotherDevice) {
+  FUSEPACK_SKIP_WITHOUT_CUDA();
+  auto opts = at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA);
+  at::Tensor const x = at::ones({5, 16}, opts), weight = at::ones({16, 4}, opts);
+  try {
+    ops::conv1d(x, weight, cu_tensor({0, 5}, at::kCPU), true, Backend::kFused);
+    ADD_FAILURE() << "cu_seqlens on the CPU was accepted by the fused kernel";
+  } catch (c10::Error const& e) {
+    std::printf("[  error   ] %s\n", e.what_without_backtrace());
+    EXPECT_NE(std::string(e.what_without_backtrace()).find("needs cu_seqlens on x's device"), std::string::npos);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Bad input, refused before anything runs, with the reason.
+
+void expect_refused(std::function<void()> const& call, std::string const& substring) {
+  try {
+    call();
+    ADD_FAILURE() << "expected a c10::Error containing '" << substring << "'";
+  } catch (c10::Error const& e) {
+    std::string const what = e.what_without_backtrace();
+    std::printf("[  error   ] %s\n", what.c_str());
+    EXPECT_NE(what.find(substring), std::string::npos) << "message: " << what;
+  }
+}
+
+// Validated cu_seqlens are remembered to spare a device-to-host sync per layer; an in-place write must end that.
+TEST(Conv1dOps, RevalidatesCuSeqlensWrittenInPlace) {
+  at::Tensor const x = at::ones({5, 4}), w4 = at::ones({4, 4});
+  at::Tensor cu = cu_tensor({0, 2, 5}, at::kCPU);
+  ops::conv1d(x, w4, cu, true, Backend::kComposite);
+  ops::conv1d(x, w4, cu, true, Backend::kComposite);  // the remembered, unchanged tensor
+  cu[1].fill_(6);
+  expect_refused([&] { ops::conv1d(x, w4, cu, true, Backend::kComposite); },
+                 "cu_seqlens must be non-decreasing; got cu_seqlens[1]=6 > cu_seqlens[2]=5");
+}
+
+TEST(Conv1dOps, RejectsBadInput) {
+  at::Tensor const x = at::ones({5, 4}), w4 = at::ones({4, 4});
+  at::Tensor const cu = cu_tensor({0, 2, 5}, at::kCPU);
+  auto composite = Backend::kComposite, fused = Backend::kFused;
+  expect_refused([&] { ops::conv1d(x, at::ones({4, 5}), cu, true, composite); },
+                 "weight width W (dimension 1 of weight [4, 5]) must be in 1..4; got W=5");
+  expect_refused([&] { ops::conv1d(x, at::ones({4, 5}), cu, true, fused); }, "must be in 1..4; got W=5");
+  expect_refused([&] { ops::conv1d(x, at::ones({4, 1}), cu, true, fused); },
+                 "the fused kernel supports width W in 2..4; got W=1");
+  expect_refused([&] { ops::conv1d(at::ones({5, 4, 1}), w4, cu, true, composite); }, "x must have 2 dimensions");
+  expect_refused([&] { ops::conv1d(x, at::ones({3, 4}), cu, true, composite); },
+                 "weight has shape [3, 4]; expected 4 in dimension 0");
+  expect_refused([&] { ops::conv1d(x, w4, cu.to(at::kLong), true, composite); }, "cu_seqlens must be int32");
+  expect_refused([&] { ops::conv1d(x, w4, cu_tensor({0, 3, 2, 5}, at::kCPU), true, composite); },
+                 "cu_seqlens must be non-decreasing; got cu_seqlens[1]=3 > cu_seqlens[2]=2");
+  expect_refused([&] { ops::conv1d(x, w4, cu_tensor({0, 2, 4}, at::kCPU), true, composite); },
+                 "cu_seqlens must end at the number of tokens T=5; got cu_seqlens[2]=4");
+  expect_refused([&] { ops::conv1d(x, w4.to(at::kDouble), cu, true, composite); },
+                 "weight has dtype Double but x has Float");
+  expect_refused([&] { ops::conv1d(x, w4, cu, true, composite, at::ones({2, 4, 2})); },
+                 "initial_state has shape [2, 4, 2]; expected 3 in dimension 2");
+  expect_refused([&] { ops::conv1d(x, w4, cu, true, fused, at::ones({2, 4, 3})); },
+                 "the fused kernel does not take initial_state");
+  // The fused backend never falls back: CPU tensors are refused with the reason.
+  expect_refused([&] { ops::conv1d(x, w4, cu, true, fused); }, "CUDA");
+}
+
+}  // namespace
+}  // namespace fusepack::test
