@@ -58,6 +58,34 @@ Index Tensor::offset(std::initializer_list<Index> index, Index trailing_dims) co
   return off;
 }
 
+static Index row_size(Shape const& shape) {
+  Index n = 1;
+  for (size_t d = 1; d < shape.size(); ++d) n *= shape[d];
+  return n;
+}
+
+Tensor Tensor::rows(Index begin, Index end) const {
+  if (dim() < 1 || begin < 0 || end < begin || end > shape_[0]) {
+    throw std::out_of_range("Tensor::rows(" + std::to_string(begin) + ", " + std::to_string(end) + ") on shape " +
+                            shape_str(shape_));
+  }
+  Shape shape = shape_;
+  shape[0] = end - begin;
+  Tensor out(shape);
+  out.data_ = data_.segment(begin * row_size(shape_), out.numel());
+  return out;
+}
+
+void Tensor::set_rows(Index begin, Tensor const& src) {
+  Shape expected = shape_;
+  if (dim() >= 1) expected[0] = src.dim() >= 1 ? src.shape()[0] : -1;
+  if (dim() < 1 || src.shape() != expected || begin < 0 || begin + src.shape()[0] > shape_[0]) {
+    throw std::out_of_range("Tensor::set_rows(" + std::to_string(begin) + ", " + shape_str(src.shape()) +
+                            ") on shape " + shape_str(shape_));
+  }
+  data_.segment(begin * row_size(shape_), src.numel()) = src.data_;
+}
+
 double& Tensor::operator()(std::initializer_list<Index> index) { return data_[offset(index, 0)]; }
 double Tensor::operator()(std::initializer_list<Index> index) const { return data_[offset(index, 0)]; }
 

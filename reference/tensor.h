@@ -34,6 +34,11 @@ class Tensor {
   Eigen::VectorXd& flat() { return data_; }
   Eigen::VectorXd const& flat() const { return data_; }
 
+  // Rows [begin, end) of dimension 0 (the tokens of a packed tensor, the examples of a state), as a new tensor.
+  Tensor rows(Index begin, Index end) const;
+  // Writes `src` (same trailing dimensions) into this tensor's rows starting at `begin`.
+  void set_rows(Index begin, Tensor const& src);
+
   // Element access by full index; bounds are checked (the reference is never the hot path).
   double& operator()(std::initializer_list<Index> index);
   double operator()(std::initializer_list<Index> index) const;

@@ -260,22 +260,6 @@ TEST(AttentionRef, QueryHeadsOfAGroupReadTheSameKvHead) {
   FUSEPACK_EXPECT_PASS(compare_allclose("dv (gqa vs repeated, summed)", grads.dv, dv_summed, {1e-13, 1e-13}));
 }
 
-// Rows [begin, end) of dimension 0 (the tokens of a packed tensor).
-Tensor rows(Tensor const& x, Index begin, Index end) {
-  Shape shape = x.shape();
-  shape[0] = end - begin;
-  Tensor out(shape);
-  Index const row = shape[0] == 0 ? 0 : out.numel() / shape[0];
-  out.flat() = x.flat().segment(begin * row, out.numel());
-  return out;
-}
-
-// Writes `src` into dst's rows starting at `begin`.
-void set_rows(Tensor& dst, Index begin, Tensor const& src) {
-  Index const row = src.size(0) == 0 ? 0 : src.numel() / src.size(0);
-  dst.flat().segment(begin * row, src.numel()) = src.flat();
-}
-
 TEST(AttentionRef, PackedEqualsExamplesStitched) {
   // Each example computed alone (cu_seqlens {0, L}) and concatenated equals the packed call, bit for bit, for the
   // output and every gradient: no token sees another example, and dk, dv of an example collect only its own queries.
@@ -296,14 +280,14 @@ TEST(AttentionRef, PackedEqualsExamplesStitched) {
       Index const bos = cu[n], eos = cu[n + 1];
       AttentionArgs alone = packed;
       alone.cu_seqlens = {0, static_cast<std::int32_t>(eos - bos)};
-      for (Tensor* x : {&alone.q, &alone.k, &alone.v}) *x = rows(*x, bos, eos);
-      if (with_gate) alone.gate = rows(packed.gate, bos, eos);
-      ref::AttentionGrads const g = alone.bwd(rows(dout, bos, eos));
-      set_rows(stitched, bos, alone.fwd());
-      set_rows(stitched_grads.dq, bos, g.dq);
-      set_rows(stitched_grads.dk, bos, g.dk);
-      set_rows(stitched_grads.dv, bos, g.dv);
-      if (with_gate) set_rows(stitched_grads.dgate, bos, g.dgate);
+      for (Tensor* x : {&alone.q, &alone.k, &alone.v}) *x = x->rows(bos, eos);
+      if (with_gate) alone.gate = packed.gate.rows(bos, eos);
+      ref::AttentionGrads const g = alone.bwd(dout.rows(bos, eos));
+      stitched.set_rows(bos, alone.fwd());
+      stitched_grads.dq.set_rows(bos, g.dq);
+      stitched_grads.dk.set_rows(bos, g.dk);
+      stitched_grads.dv.set_rows(bos, g.dv);
+      if (with_gate) stitched_grads.dgate.set_rows(bos, g.dgate);
     }
     auto check = [&](std::string const& name, Tensor const& got, Tensor const& want) {
       FUSEPACK_EXPECT_PASS(

@@ -267,22 +267,6 @@ TEST(GatedDeltaRef, ValueHeadsOfAGroupReadTheSameKeyHead) {
   FUSEPACK_EXPECT_PASS(compare_allclose("dbeta (gqa vs repeated)", grads.dbeta, grads_repeated.dbeta, kExact));
 }
 
-// Rows [begin, end) of dimension 0 (tokens of a packed tensor, or examples of a state).
-Tensor rows(Tensor const& x, Index begin, Index end) {
-  Shape shape = x.shape();
-  shape[0] = end - begin;
-  Tensor out(shape);
-  Index const row = shape[0] == 0 ? 0 : out.numel() / shape[0];
-  out.flat() = x.flat().segment(begin * row, out.numel());
-  return out;
-}
-
-// Writes `src` into dst's rows starting at `begin`.
-void set_rows(Tensor& dst, Index begin, Tensor const& src) {
-  Index const row = src.size(0) == 0 ? 0 : src.numel() / src.size(0);
-  dst.flat().segment(begin * row, src.numel()) = src.flat();
-}
-
 TEST(GatedDeltaRef, PackedEqualsExamplesStitched) {
   // Each example computed alone (cu_seqlens {0, L}, its own initial state) and concatenated equals the packed call,
   // bit for bit, for outputs, final states and every gradient. Without an initial state, this is the state reset
@@ -308,18 +292,18 @@ TEST(GatedDeltaRef, PackedEqualsExamplesStitched) {
         Index const bos = cu[n], eos = cu[n + 1];
         GatedDeltaArgs alone = packed;
         alone.cu_seqlens = {0, static_cast<std::int32_t>(eos - bos)};
-        for (Tensor* x : {&alone.q, &alone.k, &alone.v, &alone.g, &alone.beta}) *x = rows(*x, bos, eos);
-        if (with_initial_state) alone.initial_state = rows(packed.initial_state, n, n + 1);
+        for (Tensor* x : {&alone.q, &alone.k, &alone.v, &alone.g, &alone.beta}) *x = x->rows(bos, eos);
+        if (with_initial_state) alone.initial_state = packed.initial_state.rows(n, n + 1);
         ref::GatedDeltaOut const y = alone.fwd();
-        ref::GatedDeltaGrads const gy = alone.bwd(rows(dout, bos, eos), rows(dfinal_state, n, n + 1));
-        set_rows(stitched.o, bos, y.o);
-        set_rows(stitched.final_state, n, y.final_state);
-        set_rows(stitched_grads.dq, bos, gy.dq);
-        set_rows(stitched_grads.dk, bos, gy.dk);
-        set_rows(stitched_grads.dv, bos, gy.dv);
-        set_rows(stitched_grads.dg, bos, gy.dg);
-        set_rows(stitched_grads.dbeta, bos, gy.dbeta);
-        if (with_initial_state) set_rows(stitched_grads.dinitial_state, n, gy.dinitial_state);
+        ref::GatedDeltaGrads const gy = alone.bwd(dout.rows(bos, eos), dfinal_state.rows(n, n + 1));
+        stitched.o.set_rows(bos, y.o);
+        stitched.final_state.set_rows(n, y.final_state);
+        stitched_grads.dq.set_rows(bos, gy.dq);
+        stitched_grads.dk.set_rows(bos, gy.dk);
+        stitched_grads.dv.set_rows(bos, gy.dv);
+        stitched_grads.dg.set_rows(bos, gy.dg);
+        stitched_grads.dbeta.set_rows(bos, gy.dbeta);
+        if (with_initial_state) stitched_grads.dinitial_state.set_rows(n, gy.dinitial_state);
       }
       auto check = [&](std::string const& name, Tensor const& got, Tensor const& want, bool packed_tokens) {
         FUSEPACK_EXPECT_PASS(compare_allclose(name + " stitched vs packed " + tag, got, want, kExact,
@@ -344,10 +328,10 @@ TEST(GatedDeltaRef, ZeroLengthExamplePassesItsStateThrough) {
   ref::GatedDeltaOut const out = a.fwd();
   Tensor const dfinal_state = randn(out.final_state.shape(), rng);
   ref::GatedDeltaGrads const grads = a.bwd(randn(out.o.shape(), rng), dfinal_state);
-  FUSEPACK_EXPECT_PASS(compare_allclose("final_state of the empty example", rows(out.final_state, 1, 2),
-                                        rows(a.initial_state, 1, 2), kExact));
-  FUSEPACK_EXPECT_PASS(compare_allclose("dinitial_state of the empty example", rows(grads.dinitial_state, 1, 2),
-                                        rows(dfinal_state, 1, 2), kExact));
+  FUSEPACK_EXPECT_PASS(compare_allclose("final_state of the empty example", out.final_state.rows(1, 2),
+                                        a.initial_state.rows(1, 2), kExact));
+  FUSEPACK_EXPECT_PASS(compare_allclose("dinitial_state of the empty example", grads.dinitial_state.rows(1, 2),
+                                        dfinal_state.rows(1, 2), kExact));
 }
 
 TEST(GatedDeltaRef, RejectsBadArguments) {
