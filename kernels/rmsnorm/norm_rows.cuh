@@ -229,9 +229,10 @@ inline NormBwdSmem norm_bwd_smem(NormRowLayout const& l, int tensors) {
 }
 
 // With one row per block, each block writes dim fp32 partials that the reduction reads back: 2·blocks·dim·4 bytes
-// against 3·rows·dim·sizeof(T) of the pass (at 8192 rows of bf16, 2.1 % per block per SM). Two blocks per SM, each
-// with its cp.async ring 2 rows ahead, keep ~80 KB in flight per SM at D = 5120 bf16; a tuning knob (NOTES.md).
-inline constexpr int kNormBlockRowBlocksPerSm = 2;
+// against 3·rows·dim·sizeof(T) of the pass (at 8192 rows of bf16, 2.1 % per block per SM). Three blocks per SM, each
+// with its cp.async ring 2 rows ahead, keep ~120 KB in flight per SM at D = 5120 bf16 (2 → 3 took the [8192, 5120]
+// forward+backward from 0.151 to 0.143 ms on the H200; NOTES.md).
+inline constexpr int kNormBlockRowBlocksPerSm = 3;
 
 // Persistent grid of a backward kernel: as many blocks as fit on the device at once (capped for one row per block),
 // no more than there are rows. Depends only on the device and the layout, so the backward's summation order does too.
