@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Configures and builds fusepack into build/ (or $FUSEPACK_BUILD_DIR) with Ninja and ccache.
 # Extra arguments, and FUSEPACK_CMAKE_ARGS, go to the CMake configure step (for example -DFUSEPACK_CUDA_ARCHS=90a).
+# FUSEPACK_TARGETS="a b" builds only those targets (for example kernels_gated_delta_test fusepack-bench).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,5 +17,5 @@ start=$(date +%s)
 mkdir -p "$build_dir"
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_PREFIX_PATH="$prefix_path" ${FUSEPACK_CMAKE_ARGS:-} "$@" >"$build_dir/configure.log" 2>&1 ||
   { cat "$build_dir/configure.log"; echo "[build] configure failed (log above)"; exit 1; }
-cmake --build "$build_dir" -j "$jobs"
+cmake --build "$build_dir" -j "$jobs" ${FUSEPACK_TARGETS:+--target $FUSEPACK_TARGETS}
 echo "[build] built $build_dir in $(( $(date +%s) - start )) s"

@@ -1,6 +1,6 @@
-// Device helpers shared by the conv1d forward and backward: the channel pack one thread owns, the example lookup in
-// cu_seqlens, the pre-activation (one tap order, so the backward recomputes the forward's exact fp32 values) and
-// SiLU with its derivative.
+// Device helpers shared by the conv1d forward and backward: the channel pack one thread owns, its register loads and
+// stores, the example lookup in cu_seqlens, the pre-activation (one tap order, so the backward recomputes the
+// forward's exact fp32 values) and SiLU with its derivative.
 #pragma once
 
 #include "kernels/common/vec.cuh"
@@ -13,7 +13,8 @@
 
 namespace fusepack::conv1d_detail {
 
-constexpr int kThreadsC = 32;  // lanes of a warp side by side along channels: a warp reads 32 packs of one token
+constexpr int kThreadsC = 32;      // lanes of a warp side by side along channels: a warp reads 32 packs of one token
+constexpr int kPackChannels = 4;   // channels a thread owns on the pack path: 8 bytes of bf16/fp16, 16 of fp32
 
 // kN consecutive channels of one token, the pack a thread owns (kN = 1 on the scalar path, for C not a multiple of the
 // pack or tensors not aligned to it).
@@ -22,75 +23,104 @@ struct Pack {
   T v[kN];
 };
 
-// One access of kN·sizeof(T) bytes (16, 8 or 4) when the pack fills such a word, kN scalar accesses otherwise.
+// A pack as it travels between memory and registers: one word of kN·sizeof(T) bytes (16, 8 or 4) when the pack fills
+// one, the pack itself (kN scalar accesses) otherwise. Kept as a word, so a predicated load does not split it into
+// one register per 2-byte element.
 template <typename T, int kN>
 struct PackWord {
   static constexpr int kBytes = kN * static_cast<int>(sizeof(T));
-  using type = std::conditional_t<kBytes == 16, int4,
-                                  std::conditional_t<kBytes == 8, int2, std::conditional_t<kBytes == 4, int, void>>>;
+  using type = std::conditional_t<
+      kBytes == 16, uint4,
+      std::conditional_t<kBytes == 8, uint2, std::conditional_t<kBytes == 4, unsigned, Pack<T, kN>>>>;
 };
-
 template <typename T, int kN>
-__device__ __forceinline__ Pack<T, kN> load_raw(T const* p) {
-  using Word = typename PackWord<T, kN>::type;
-  Pack<T, kN> r;
-  if constexpr (!std::is_void_v<Word>) {
-    Word const w = __ldg(reinterpret_cast<Word const*>(p));
-    static_assert(sizeof(Word) == sizeof(Pack<T, kN>));
-    memcpy(&r, &w, sizeof(Word));
-  } else {
+using Raw = typename PackWord<T, kN>::type;
+
+// Read-only (non-coherent path) load of one pack into registers.
+template <typename T, int kN>
+__device__ __forceinline__ Raw<T, kN> load_raw(T const* p) {
+  if constexpr (std::is_same_v<Raw<T, kN>, Pack<T, kN>>) {
+    Pack<T, kN> r;
 #pragma unroll
-    for (int i = 0; i < kN; ++i) r.v[i] = p[i];
+    for (int i = 0; i < kN; ++i) r.v[i] = __ldg(p + i);
+    return r;
+  } else {
+    return __ldg(reinterpret_cast<Raw<T, kN> const*>(p));
   }
-  return r;
 }
 
+// The pack widened to fp32 (exact). bf16 pairs are two bit operations on their 32-bit word.
+template <typename T, int kN>
+__device__ __forceinline__ void widen(Raw<T, kN> const& raw, float (&out)[kN]) {
+  static_assert(sizeof(Raw<T, kN>) == kN * sizeof(T));
+  if constexpr (std::is_same_v<T, __nv_bfloat16> && kN % 2 == 0) {
+    unsigned u[kN / 2];
+    memcpy(u, &raw, sizeof(u));
+#pragma unroll
+    for (int i = 0; i < kN / 2; ++i) {
+      out[2 * i] = __uint_as_float(u[i] << 16);  // the lower address holds the lower half (little-endian)
+      out[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+    }
+  } else {
+    Pack<T, kN> r;
+    memcpy(&r, &raw, sizeof(r));
+#pragma unroll
+    for (int i = 0; i < kN; ++i) out[i] = to_float(r.v[i]);
+  }
+}
+
+// Rounds kN fp32 values once to T (round to nearest even; bf16/fp16 pairs in one cvt, the same rounding) and stores
+// them as one word.
 template <typename T, int kN>
 __device__ __forceinline__ void store_pack(T* p, float const (&in)[kN]) {
-  using Word = typename PackWord<T, kN>::type;
   Pack<T, kN> r;
+  if constexpr (std::is_same_v<T, __nv_bfloat16> && kN % 2 == 0) {
 #pragma unroll
-  for (int i = 0; i < kN; ++i) r.v[i] = from_float<T>(in[i]);
-  if constexpr (!std::is_void_v<Word>) {
-    Word w;
-    memcpy(&w, &r, sizeof(Word));
-    *reinterpret_cast<Word*>(p) = w;
+    for (int i = 0; i < kN; i += 2) {
+      __nv_bfloat162 const two = __floats2bfloat162_rn(in[i], in[i + 1]);
+      r.v[i] = two.x;
+      r.v[i + 1] = two.y;
+    }
+  } else if constexpr (std::is_same_v<T, __half> && kN % 2 == 0) {
+#pragma unroll
+    for (int i = 0; i < kN; i += 2) {
+      __half2 const two = __floats2half2_rn(in[i], in[i + 1]);
+      r.v[i] = two.x;
+      r.v[i + 1] = two.y;
+    }
   } else {
 #pragma unroll
-    for (int i = 0; i < kN; ++i) p[i] = r.v[i];
+    for (int i = 0; i < kN; ++i) r.v[i] = from_float<T>(in[i]);
   }
-}
-
-// Asynchronous 16-byte global → shared copies (sm_80+), bypassing L1. Each thread copies into its own shared slots
-// and reads back only those, so waiting on its own groups is all the ordering needed (no block barrier).
-__device__ __forceinline__ void cp_async16(void* smem, void const* gmem) {
-  auto const addr = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(addr), "l"(gmem) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
-
-template <typename T, int kN>
-__device__ __forceinline__ Pack<T, kN> load_shared(int4 const* slot) {
-  static_assert(sizeof(Pack<T, kN>) == sizeof(int4));
-  int4 const w = *slot;
-  Pack<T, kN> r;
-  memcpy(&r, &w, sizeof(w));
-  return r;
+  if constexpr (std::is_same_v<Raw<T, kN>, Pack<T, kN>>) {
+#pragma unroll
+    for (int i = 0; i < kN; ++i) p[i] = r.v[i];
+  } else if constexpr (sizeof(Raw<T, kN>) == 16) {
+    uint4 w;
+    memcpy(&w, &r, sizeof(w));
+    asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(w.x), "r"(w.y), "r"(w.z), "r"(w.w));
+  } else if constexpr (sizeof(Raw<T, kN>) == 8) {
+    // One 8-byte store (a plain assignment was split into two 4-byte stores when the halves sat in unpaired
+    // registers).
+    uint2 w;
+    memcpy(&w, &r, sizeof(w));
+    asm volatile("st.global.v2.b32 [%0], {%1, %2};" ::"l"(p), "r"(w.x), "r"(w.y));
+  } else {
+    Raw<T, kN> w;
+    memcpy(&w, &r, sizeof(w));
+    *reinterpret_cast<Raw<T, kN>*>(p) = w;
+  }
 }
 
 inline bool aligned_to(void const* p, int bytes) { return reinterpret_cast<std::uintptr_t>(p) % bytes == 0; }
 
 // The example holding token t, 0 <= t < cu[N]: the largest n < N with cu[n] <= t (empty examples are skipped, since
 // the largest such n has cu[n+1] > t). All lanes of a warp search for the same t, so the loads are broadcasts.
-__device__ __forceinline__ int find_example(std::int32_t const* cu, int N, std::int64_t t) {
+__device__ __forceinline__ int find_example(std::int32_t const* cu, int N, int t) {
   int lo = 0, hi = N - 1;
   while (lo < hi) {
     int const mid = (lo + hi + 1) >> 1;
-    if (cu[mid] <= t) {
+    if (__ldg(cu + mid) <= t) {
       lo = mid;
     } else {
       hi = mid - 1;
@@ -100,21 +130,23 @@ __device__ __forceinline__ int find_example(std::int32_t const* cu, int N, std::
 }
 
 // The tracked example [start, end) of a thread's walk; advance() moves it forward to the example holding token t.
+// Token indices are int: cu_seqlens is int32, so T < 2^31.
 struct ExampleSpan {
   std::int32_t const* cu;
   int n;
-  std::int64_t start, end;
+  int start, end;
 
-  __device__ __forceinline__ ExampleSpan(std::int32_t const* cu_seqlens, int N, std::int64_t t)
-      : cu(cu_seqlens), n(find_example(cu_seqlens, N, t)), start(cu_seqlens[n]), end(cu_seqlens[n + 1]) {}
+  __device__ __forceinline__ ExampleSpan(std::int32_t const* cu_seqlens, int N, int t)
+      : cu(cu_seqlens), n(find_example(cu_seqlens, N, t)), start(__ldg(cu_seqlens + n)),
+        end(__ldg(cu_seqlens + n + 1)) {}
 
   // Precondition: t < cu[N]. Returns true when t starts a new example (the taps' history must then be zeros).
-  __device__ __forceinline__ bool advance(std::int64_t t) {
+  __device__ __forceinline__ bool advance(int t) {
     if (t < end) return false;
     do {
       ++n;
       start = end;
-      end = cu[n + 1];
+      end = __ldg(cu + n + 1);
     } while (end <= t);
     return true;
   }
@@ -136,12 +168,16 @@ __device__ __forceinline__ void pre_activation(float const (&w)[W][kN], float co
 
 // σ(v). fp32 tensors get expf and an IEEE division, as ATen's silu does; bf16/fp16 get __expf and __fdividef,
 // whose few-ulp fp32 error is ~1/1000 of the output's rounding step (1 + e^{−v} ∈ [1, inf]; both give 0 at inf).
+// __expf is ex2.approx(x·log2 e) behind a subnormal-range guard (3 more instructions); the flush-to-zero form gives
+// the same σ bits, since an e^{−v} below 2^−126 vanishes in 1 + e^{−v} either way.
 template <typename T>
 __device__ __forceinline__ float conv1d_sigmoid(float v) {
   if constexpr (std::is_same_v<T, float>) {
     return 1.0f / (1.0f + expf(-v));
   } else {
-    return __fdividef(1.0f, 1.0f + __expf(-v));
+    float e;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(v * -1.44269504088896341f));
+    return __fdividef(1.0f, 1.0f + e);
   }
 }
 
@@ -158,7 +194,7 @@ __device__ __forceinline__ void load_weight(T const* weight, std::int64_t C, std
 #pragma unroll
   for (int i = 0; i < kN; ++i) {
 #pragma unroll
-    for (int j = 0; j < W; ++j) w[j][i] = c0 + i < C ? to_float(weight[(c0 + i) * W + j]) : 0.0f;
+    for (int j = 0; j < W; ++j) w[j][i] = c0 + i < C ? to_float(__ldg(weight + (c0 + i) * W + j)) : 0.0f;
   }
 }
 

@@ -1,15 +1,15 @@
 // Forward: y = act(Σ_j weight[:, j] ∘ x[t − (W−1) + j]) over packed examples, channel-last.
-// A thread owns one pack of channels (16 bytes: 8 bf16 or 4 fp32; one channel on the scalar path) and walks a run of
-// kFwdRun tokens, keeping the last W−1 inputs in registers, so every input is read once (plus a W−1 token halo per
-// run). The 32 lanes of a warp hold 32 neighbouring packs of the same token: 512 contiguous bytes per access.
-// Pack path: the run streams through a per-thread ring of kFwdStages × kFwdChunk shared-memory slots filled by
-// cp.async, kFwdStages − 1 chunks ahead of the arithmetic, so loads stay in flight without holding registers.
+// A thread owns one pack of channels (4: 8 bytes of bf16/fp16 or 16 of fp32; one channel on the scalar path) and walks
+// a run of kFwdRun tokens, keeping the last W−1 inputs in registers, so every input is read once (plus a W−1 token
+// halo per run, mostly from L1/L2). The 32 lanes of a warp hold 32 neighbouring packs of the same token. The run is
+// loaded in chunks of kFwdChunk tokens straight into registers, every load of a chunk issued before its first use.
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/static_switch.h"
 #include "kernels/conv1d/conv1d.h"
 #include "kernels/conv1d/conv1d_common.cuh"
 
 #include <algorithm>
+#include <type_traits>
 
 namespace fusepack {
 
@@ -17,111 +17,107 @@ namespace {
 
 using namespace conv1d_detail;
 
-constexpr int kFwdRows = 4;        // warps per block, each on its own runs of tokens
+constexpr int kFwdRows = 4;       // warps per block, each on its own run (the runs of a block are consecutive)
 constexpr int kFwdThreads = kThreadsC * kFwdRows;
-constexpr int kFwdMinBlocks = 5;   // resident blocks per SM the registers are capped for (≤ 102 per thread)
-constexpr int kFwdRun = 32;        // tokens per run: the W−1 halo re-read is 3/32 of a run, mostly from L2
-constexpr int kFwdChunk = 4;       // tokens per ring stage
-constexpr int kFwdStages = 4;      // ring depth: 3 chunks (12 tokens, 192 bytes) in flight per thread
-constexpr int kFwdPackBytes = 16;  // a thread's channels: 8 bf16 or 4 fp32
-constexpr int kFwdRingSlots = kFwdStages * kFwdChunk;  // int4 slots per thread
+constexpr int kFwdRun = 32;       // tokens per run: the W−1 halo re-read is 3/32 of a run
+constexpr int kFwdChunk = 4;      // tokens loaded before the first use: 4 × 256 bytes per warp in flight (bf16)
+static_assert(kFwdRun % kFwdChunk == 0);
+// Resident blocks per SM the registers are capped for: 8 × 128 threads at ≤ 64 registers (2-byte types); fp32 packs
+// hold twice the bytes per token and need up to 80 registers: 6 × 128 threads.
+template <typename T>
+constexpr int kFwdMinBlocks = sizeof(T) == 4 ? 6 : 8;
 
 template <typename T, int W, int kN, bool kSilu>
-__global__ void __launch_bounds__(kFwdThreads, kFwdMinBlocks) conv1d_fwd_channel_last(Conv1dFwdParams p) {
-  constexpr bool kAsync = kN * sizeof(T) == 16;
-  __shared__ int4 ring[kAsync ? kFwdRingSlots * kFwdThreads : 1];  // [stage][token][thread]: conflict-free
+__global__ void __launch_bounds__(kFwdThreads, kFwdMinBlocks<T>) conv1d_fwd_channel_last(Conv1dFwdParams p) {
   auto const* x = static_cast<T const*>(p.x);
   auto* y = static_cast<T*>(p.y);
-  std::int64_t const C = p.C, T_ = p.T;
-  int const tid = threadIdx.y * kThreadsC + threadIdx.x;
+  std::int64_t const C = p.C;
+  int const T_ = static_cast<int>(p.T);  // cu_seqlens is int32, so T < 2^31
   std::int64_t const c0 = (std::int64_t(blockIdx.x) * kThreadsC + threadIdx.x) * kN;
   if (c0 >= C) return;  // no block-level synchronisation below
 
   float w[W][kN];
   load_weight<T, W, kN>(static_cast<T const*>(p.weight), C, c0, w);
 
-  std::int64_t const num_runs = (T_ + kFwdRun - 1) / kFwdRun;
-  for (std::int64_t run = std::int64_t(blockIdx.y) * kFwdRows + threadIdx.y; run < num_runs;
-       run += std::int64_t(gridDim.y) * kFwdRows) {
-    std::int64_t const t0 = run * kFwdRun, t1 = t0 + kFwdRun < T_ ? t0 + kFwdRun : T_;
-    int const num_chunks = static_cast<int>((t1 - t0 + kFwdChunk - 1) / kFwdChunk);
-    // Chunk k of the run into ring stage k % kFwdStages (tokens past t1 are not copied, never read).
-    auto issue = [&](int k) {
-      if constexpr (kAsync) {
-#pragma unroll
-        for (int u = 0; u < kFwdChunk; ++u) {
-          std::int64_t const t = t0 + std::int64_t(k) * kFwdChunk + u;
-          if (t < t1) cp_async16(&ring[((k % kFwdStages) * kFwdChunk + u) * kFwdThreads + tid], x + t * C + c0);
-        }
-        cp_async_commit();  // one group per chunk, empty ones included, so wait counts line up
-      }
-    };
-#pragma unroll
-    for (int k = 0; k < kFwdStages - 1; ++k) issue(k);
+  int const num_runs = static_cast<int>((p.T + kFwdRun - 1) / kFwdRun);
+  for (int run = blockIdx.y * kFwdRows + threadIdx.y; run < num_runs; run += gridDim.y * kFwdRows) {
+    int const t0 = run * kFwdRun;
+    int const len = T_ - t0 < kFwdRun ? T_ - t0 : kFwdRun;  // tokens of this run, 1..kFwdRun
+    T const* const xr = x + std::int64_t(t0) * C + c0;      // x[t0 + i] is xr[i·C]
+    T const* xp = xr;                                         // the next token to load
+    T* yp = y + std::int64_t(t0) * C + c0;                    // the next token to store
 
-    ExampleSpan ex(p.cu_seqlens, p.N, t0);
-    // The W−1 inputs before t0, zeros where they lie before the example's first token.
-    float hist[W - 1][kN];
+    // The W−1 inputs before t0 and the first chunk, all issued before the example lookup.
+    Raw<T, kN> halo[W - 1] = {};
 #pragma unroll
     for (int k = 0; k < W - 1; ++k) {
-      std::int64_t const t = t0 - (W - 1) + k;
-      if (t >= ex.start) {
-        Pack<T, kN> const r = load_raw<T, kN>(x + t * C + c0);
+      if (t0 - (W - 1) + k >= 0) halo[k] = load_raw<T, kN>(xr - std::int64_t(W - 1 - k) * C);
+    }
+    Raw<T, kN> in[kFwdChunk] = {};
 #pragma unroll
-        for (int i = 0; i < kN; ++i) hist[k][i] = to_float(r.v[i]);
-      } else {
-#pragma unroll
-        for (int i = 0; i < kN; ++i) hist[k][i] = 0.0f;
-      }
+    for (int u = 0; u < kFwdChunk; ++u) {
+      if (u < len) in[u] = load_raw<T, kN>(xp);
+      xp += C;
     }
 
-    for (int k = 0; k < num_chunks; ++k) {
-      std::int64_t const tc = t0 + std::int64_t(k) * kFwdChunk;
-      Pack<T, kN> in[kFwdChunk];
-      if constexpr (kAsync) {
-        issue(k + kFwdStages - 1);
-        cp_async_wait<kFwdStages - 1>();  // chunk k has landed
+    ExampleSpan ex(p.cu_seqlens, p.N, t0);
+    float hist[W - 1][kN];  // the W−1 inputs before the current token, zeros before the example's first token
+#pragma unroll
+    for (int k = 0; k < W - 1; ++k) {
+      bool const inside = t0 - (W - 1) + k >= ex.start;
+      widen<T, kN>(halo[k], hist[k]);
+#pragma unroll
+      for (int i = 0; i < kN; ++i) hist[k][i] = inside ? hist[k][i] : 0.0f;
+    }
+
+    // The chunks stay a loop: unrolled over the whole run, the compiler kept a 64-bit offset per token in registers.
+#pragma unroll 1
+    for (int c = 0; c < len; c += kFwdChunk) {
+      if (c > 0) {
 #pragma unroll
         for (int u = 0; u < kFwdChunk; ++u) {
-          in[u] = load_shared<T, kN>(&ring[((k % kFwdStages) * kFwdChunk + u) * kFwdThreads + tid]);
-        }
-      } else {
-#pragma unroll
-        for (int u = 0; u < kFwdChunk; ++u) {
-          if (tc + u < t1) in[u] = load_raw<T, kN>(x + (tc + u) * C + c0);
+          if (c + u < len) in[u] = load_raw<T, kN>(xp);
+          xp += C;
         }
       }
+      // Every step computes (past the run's end on stale inputs) so that the history shifts by renaming registers.
+      // A chunk that is whole and inside one example skips the per-token example walk and store guard.
+      auto steps = [&](auto checked) {
+        constexpr bool kChecked = decltype(checked)::value;
 #pragma unroll
-      for (int u = 0; u < kFwdChunk; ++u) {
-        std::int64_t const t = tc + u;
-        if (t < t1) {
-          if (ex.advance(t)) {
+        for (int u = 0; u < kFwdChunk; ++u) {
+          bool const valid = !kChecked || c + u < len;
+          if (kChecked && valid && ex.advance(t0 + c + u)) {
 #pragma unroll
-            for (int k2 = 0; k2 < W - 1; ++k2) {
+            for (int k = 0; k < W - 1; ++k) {
 #pragma unroll
-              for (int i = 0; i < kN; ++i) hist[k2][i] = 0.0f;
+              for (int j = 0; j < kN; ++j) hist[k][j] = 0.0f;
             }
           }
           float cur[kN], out[kN];
-#pragma unroll
-          for (int i = 0; i < kN; ++i) cur[i] = to_float(in[u].v[i]);
+          widen<T, kN>(in[u], cur);
           pre_activation<W, kN>(w, hist, cur, out);
           if constexpr (kSilu) {
 #pragma unroll
-            for (int i = 0; i < kN; ++i) out[i] *= conv1d_sigmoid<T>(out[i]);
+            for (int j = 0; j < kN; ++j) out[j] *= conv1d_sigmoid<T>(out[j]);
           }
-          store_pack<T, kN>(y + t * C + c0, out);
+          if (valid) store_pack<T, kN>(yp, out);
+          yp += C;
 #pragma unroll
-          for (int k2 = 0; k2 < W - 2; ++k2) {
+          for (int k = 0; k < W - 2; ++k) {
 #pragma unroll
-            for (int i = 0; i < kN; ++i) hist[k2][i] = hist[k2 + 1][i];
+            for (int j = 0; j < kN; ++j) hist[k][j] = hist[k + 1][j];
           }
 #pragma unroll
-          for (int i = 0; i < kN; ++i) hist[W - 2][i] = cur[i];
+          for (int j = 0; j < kN; ++j) hist[W - 2][j] = cur[j];
         }
+      };
+      if (len - c >= kFwdChunk && ex.end - (t0 + c) >= kFwdChunk) {
+        steps(std::false_type{});
+      } else {
+        steps(std::true_type{});
       }
     }
-    if constexpr (kAsync) cp_async_wait<0>();  // only empty groups remain; the next run reuses the ring
   }
 }
 
@@ -130,10 +126,10 @@ __global__ void __launch_bounds__(kFwdThreads, kFwdMinBlocks) conv1d_fwd_channel
 void run_conv1d_fwd(Conv1dFwdParams const& p, cudaStream_t stream) {
   if (p.T == 0 || p.C == 0) return;
   FUSEPACK_DTYPE_SWITCH(p.dtype, T, [&] {
-    constexpr int kPackN = kFwdPackBytes / sizeof(T);
-    bool const vec = p.C % kPackN == 0 && aligned_to(p.x, kFwdPackBytes) && aligned_to(p.y, kFwdPackBytes);
+    constexpr int kPackBytes = kPackChannels * sizeof(T);
+    bool const vec = p.C % kPackChannels == 0 && aligned_to(p.x, kPackBytes) && aligned_to(p.y, kPackBytes);
     FUSEPACK_BOOL_SWITCH(vec, kVec, [&] {
-      constexpr int kN = kVec ? kPackN : 1;
+      constexpr int kN = kVec ? kPackChannels : 1;
       FUSEPACK_BOOL_SWITCH(p.silu, kSilu, [&] {
         FUSEPACK_CONV1D_WIDTH_SWITCH(p.W, kW, [&] {
           std::int64_t const packs = (p.C + kN - 1) / kN;
