@@ -53,5 +53,6 @@ void bench_rmsnorm(Report& report);
 void bench_gated_rmsnorm(Report& report);
 void bench_rope(Report& report);
 void bench_attention(Report& report);
+void bench_gated_delta(Report& report);
 
 }  // namespace fusepack::bench

@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   std::map<std::string, std::function<void(Report&)>> const benches = {
       {"swiglu", bench_swiglu},       {"conv1d", bench_conv1d}, {"rmsnorm", bench_rmsnorm},
       {"gated_rmsnorm", bench_gated_rmsnorm}, {"rope", bench_rope},     {"attention", bench_attention},
+      {"gated_delta", bench_gated_delta},
   };
   try {
     if (!at::hasCUDA()) {

@@ -4,16 +4,20 @@
 //     in the same dtype as baseline: max|fused − ref64| <= 2·max|composite − ref64| + one rounding step;
 //   --backend composite: the composite itself on --device cpu|cuda in fp64 (allclose, 1e-10 relative: the two differ
 //     only in operation order) or fp32 (relative RMS <= 1e-5, tests/support/torch_bridge.h says why).
+// gated_delta's decay g, initial and final states are fp32 whatever --dtype says (fp64 with --dtype fp64); in a
+// bf16/fp16 run they are judged at that dtype's rounding step, like o (tests/kernels/gated_delta_test.cpp says why).
 // Prints one line per output and gradient (max abs, max rel, baseline error, share of the budget used) and exits 0
 // only when all pass; 1 when a check fails; 2 for bad arguments.
 #include "kernels/ops/attention.h"
 #include "kernels/ops/conv1d.h"
+#include "kernels/ops/gated_delta.h"
 #include "kernels/ops/gated_rmsnorm.h"
 #include "kernels/ops/rmsnorm.h"
 #include "kernels/ops/rope.h"
 #include "kernels/ops/swiglu.h"
 #include "reference/attention.h"
 #include "reference/conv1d.h"
+#include "reference/gated_delta.h"
 #include "reference/gated_rmsnorm.h"
 #include "reference/rmsnorm.h"
 #include "reference/rope.h"
@@ -32,6 +36,7 @@
 #include <cstdio>
 #include <functional>
 #include <random>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -47,20 +52,26 @@ struct Options {
   std::string backend = "fused";
   std::string device;  // default: cuda for fused, cpu for composite
   std::vector<int> seqlens{1, 17, 300};
-  int heads = 4, kv_heads = 2, dim = 128, width = 4, rotary_dim = -1;
-  bool silu = true, gate = true;
+  std::vector<int> heads{4};  // gated_delta: Hk,Hv (one value: Hk = Hv)
+  int kv_heads = 2, dim = 128, width = 4, rotary_dim = -1;
+  bool silu = true, gate = true, l2norm = true, state = true;
   double eps = 1e-6, theta = 1e7;
   std::uint64_t seed = 20261129;
 };
 
-// One op as the driver sees it: named inputs (all differentiable), the torch forward on a backend, and the fp64
-// reference forward and backward.
+using Outs = std::vector<at::Tensor>;
+using Refs = std::vector<Tensor>;
+
+// One op as the driver sees it: named inputs (all differentiable), named outputs, the torch forward on a backend, and
+// the fp64 reference forward and backward (the gradient of Σ dout_i·out_i with respect to every input).
 struct OpSpec {
   std::vector<std::string> names;
   std::vector<Tensor> inputs;
-  std::function<at::Tensor(std::vector<at::Tensor> const&, ops::Backend)> run;
-  std::function<Tensor(std::vector<Tensor> const&)> ref_fwd;
-  std::function<std::vector<Tensor>(Tensor const&, std::vector<Tensor> const&)> ref_bwd;
+  std::vector<std::string> out_names{"out"};
+  std::set<std::string> fp32_tensors;  // inputs and outputs held in fp32 (fp64 in fp64 runs) whatever --dtype says
+  std::function<Outs(Outs const&, ops::Backend)> run;
+  std::function<Refs(Refs const&)> ref_fwd;
+  std::function<Refs(Refs const& dout, Refs const& in)> ref_bwd;
   std::vector<std::int32_t> cu_seqlens;  // for decoding the worst index; empty when the op has no tokens
 };
 
@@ -73,35 +84,40 @@ std::vector<std::int64_t> positions(std::vector<std::int32_t> const& cu) {
 
 OpSpec make_spec(Options const& o, std::mt19937_64& rng, at::Device device) {
   std::vector<std::int32_t> const cu = cu_seqlens_from_lengths(o.seqlens);
-  std::int64_t const T = cu.back(), H = o.heads, D = o.dim;
+  std::int64_t const T = cu.back(), H = o.heads[0], D = o.dim;
+  if (o.op != "gated_delta" && o.heads.size() != 1) {
+    throw std::invalid_argument("--heads takes one value for " + o.op + " (two, Hk,Hv, for gated_delta)");
+  }
   at::Tensor const cu_t = at::tensor(std::vector<int>(cu.begin(), cu.end()), at::kInt).to(device);
   OpSpec s;
   s.cu_seqlens = cu;
   if (o.op == "swiglu") {
     s.names = {"gate", "up"};
     s.inputs = {randn({T, D}, rng, 2.0), randn({T, D}, rng)};
-    s.run = [](auto const& in, ops::Backend b) { return ops::swiglu(in[0], in[1], b); };
-    s.ref_fwd = [](auto const& in) { return ref::swiglu_fwd(in[0], in[1]); };
-    s.ref_bwd = [](Tensor const& dy, auto const& in) {
-      auto g = ref::swiglu_bwd(dy, in[0], in[1]);
+    s.run = [](auto const& in, ops::Backend b) { return Outs{ops::swiglu(in[0], in[1], b)}; };
+    s.ref_fwd = [](auto const& in) { return Refs{ref::swiglu_fwd(in[0], in[1])}; };
+    s.ref_bwd = [](Refs const& dy, auto const& in) {
+      auto g = ref::swiglu_bwd(dy[0], in[0], in[1]);
       return std::vector<Tensor>{g.dgate, g.dup};
     };
   } else if (o.op == "rmsnorm") {
     s.names = {"x", "weight"};
     s.inputs = {randn_rows_away_from_zero({T, H, D}, rng, 0.5), randn({D}, rng, 0.5)};
-    s.run = [eps = o.eps](auto const& in, ops::Backend b) { return ops::rmsnorm(in[0], in[1], eps, b); };
-    s.ref_fwd = [eps = o.eps](auto const& in) { return ref::rmsnorm_fwd(in[0], in[1], eps); };
-    s.ref_bwd = [eps = o.eps](Tensor const& dy, auto const& in) {
-      auto g = ref::rmsnorm_bwd(dy, in[0], in[1], eps);
+    s.run = [eps = o.eps](auto const& in, ops::Backend b) { return Outs{ops::rmsnorm(in[0], in[1], eps, b)}; };
+    s.ref_fwd = [eps = o.eps](auto const& in) { return Refs{ref::rmsnorm_fwd(in[0], in[1], eps)}; };
+    s.ref_bwd = [eps = o.eps](Refs const& dy, auto const& in) {
+      auto g = ref::rmsnorm_bwd(dy[0], in[0], in[1], eps);
       return std::vector<Tensor>{g.dx, g.dweight};
     };
   } else if (o.op == "gated_rmsnorm") {
     s.names = {"x", "z", "weight"};
     s.inputs = {randn_rows_away_from_zero({T, H, D}, rng, 0.5), randn({T, H, D}, rng, 2.0), randn({D}, rng, 0.5)};
-    s.run = [eps = o.eps](auto const& in, ops::Backend b) { return ops::gated_rmsnorm(in[0], in[1], in[2], eps, b); };
-    s.ref_fwd = [eps = o.eps](auto const& in) { return ref::gated_rmsnorm_fwd(in[0], in[1], in[2], eps); };
-    s.ref_bwd = [eps = o.eps](Tensor const& dy, auto const& in) {
-      auto g = ref::gated_rmsnorm_bwd(dy, in[0], in[1], in[2], eps);
+    s.run = [eps = o.eps](auto const& in, ops::Backend b) {
+      return Outs{ops::gated_rmsnorm(in[0], in[1], in[2], eps, b)};
+    };
+    s.ref_fwd = [eps = o.eps](auto const& in) { return Refs{ref::gated_rmsnorm_fwd(in[0], in[1], in[2], eps)}; };
+    s.ref_bwd = [eps = o.eps](Refs const& dy, auto const& in) {
+      auto g = ref::gated_rmsnorm_bwd(dy[0], in[0], in[1], in[2], eps);
       return std::vector<Tensor>{g.dx, g.dz, g.dweight};
     };
   } else if (o.op == "rope") {
@@ -110,18 +126,22 @@ OpSpec make_spec(Options const& o, std::mt19937_64& rng, at::Device device) {
     at::Tensor const pos_t = at::tensor(pos, at::kLong).to(device);
     s.names = {"x"};
     s.inputs = {randn({T, H, D}, rng)};
-    s.run = [=, theta = o.theta](auto const& in, ops::Backend b) { return ops::rope(in[0], pos_t, r, theta, b); };
-    s.ref_fwd = [=, theta = o.theta](auto const& in) { return ref::rope_fwd(in[0], pos, r, theta); };
-    s.ref_bwd = [=, theta = o.theta](Tensor const& dy, auto const&) {
-      return std::vector<Tensor>{ref::rope_bwd(dy, pos, r, theta)};
+    s.run = [=, theta = o.theta](auto const& in, ops::Backend b) {
+      return Outs{ops::rope(in[0], pos_t, r, theta, b)};
+    };
+    s.ref_fwd = [=, theta = o.theta](auto const& in) { return Refs{ref::rope_fwd(in[0], pos, r, theta)}; };
+    s.ref_bwd = [=, theta = o.theta](Refs const& dy, auto const&) {
+      return std::vector<Tensor>{ref::rope_bwd(dy[0], pos, r, theta)};
     };
   } else if (o.op == "conv1d") {
     s.names = {"x", "weight"};
     s.inputs = {randn({T, D}, rng), randn({D, o.width}, rng, 0.5)};
-    s.run = [=, silu = o.silu](auto const& in, ops::Backend b) { return ops::conv1d(in[0], in[1], cu_t, silu, b); };
-    s.ref_fwd = [=, silu = o.silu](auto const& in) { return ref::conv1d_fwd(in[0], in[1], cu, silu); };
-    s.ref_bwd = [=, silu = o.silu](Tensor const& dy, auto const& in) {
-      auto g = ref::conv1d_bwd(dy, in[0], in[1], cu, silu);
+    s.run = [=, silu = o.silu](auto const& in, ops::Backend b) {
+      return Outs{ops::conv1d(in[0], in[1], cu_t, silu, b)};
+    };
+    s.ref_fwd = [=, silu = o.silu](auto const& in) { return Refs{ref::conv1d_fwd(in[0], in[1], cu, silu)}; };
+    s.ref_bwd = [=, silu = o.silu](Refs const& dy, auto const& in) {
+      auto g = ref::conv1d_bwd(dy[0], in[0], in[1], cu, silu);
       return std::vector<Tensor>{g.dx, g.dweight};
     };
   } else if (o.op == "attention") {
@@ -136,44 +156,86 @@ OpSpec make_spec(Options const& o, std::mt19937_64& rng, at::Device device) {
       s.inputs.push_back(randn({T, H, D}, rng, 2.0));
     }
     s.run = [=](auto const& in, ops::Backend b) {
-      return ops::attention(in[0], in[1], in[2], cu_t, max_len, scale, in.size() > 3 ? in[3] : at::Tensor(), b);
+      return Outs{ops::attention(in[0], in[1], in[2], cu_t, max_len, scale, in.size() > 3 ? in[3] : at::Tensor(), b)};
     };
     s.ref_fwd = [=](auto const& in) {
-      return ref::attention_fwd(in[0], in[1], in[2], cu, scale, in.size() > 3 ? in[3] : Tensor());
+      return Refs{ref::attention_fwd(in[0], in[1], in[2], cu, scale, in.size() > 3 ? in[3] : Tensor())};
     };
-    s.ref_bwd = [=](Tensor const& dy, auto const& in) {
-      auto g = ref::attention_bwd(dy, in[0], in[1], in[2], cu, scale, in.size() > 3 ? in[3] : Tensor());
+    s.ref_bwd = [=](Refs const& dy, auto const& in) {
+      auto g = ref::attention_bwd(dy[0], in[0], in[1], in[2], cu, scale, in.size() > 3 ? in[3] : Tensor());
       std::vector<Tensor> out{g.dq, g.dk, g.dv};
       if (in.size() > 3) out.push_back(g.dgate);
       return out;
     };
+  } else if (o.op == "gated_delta") {
+    if (o.heads.empty() || o.heads.size() > 2) throw std::invalid_argument("--heads for gated_delta is Hk or Hk,Hv");
+    std::int64_t const Hk = o.heads[0], Hv = o.heads.back(), N = static_cast<std::int64_t>(o.seqlens.size());
+    if (Hk < 1 || Hv % Hk != 0) {
+      throw std::invalid_argument("--heads Hk,Hv: Hv=" + std::to_string(Hv) + " must be a positive multiple of Hk=" +
+                                  std::to_string(Hk));
+    }
+    double const scale = 1.0 / std::sqrt(static_cast<double>(D));
+    bool const l2 = o.l2norm, state = o.state;
+    // As the model feeds it: β in (0, 1), g in [−0.05, 0] (the state carried across a 64-token chunk stays ~0.2);
+    // without the l2 norm q and k of unit expected norm.
+    double const qk_std = l2 ? 1.0 : 1.0 / std::sqrt(static_cast<double>(D));
+    s.names = {"q", "k", "v", "g", "beta"};
+    s.inputs = {randn({T, Hk, D}, rng, qk_std), randn({T, Hk, D}, rng, qk_std), randn({T, Hv, D}, rng),
+                uniform({T, Hv}, rng, -0.05, 0.0), uniform({T, Hv}, rng, 0.0, 1.0)};
+    s.fp32_tensors = {"g", "initial_state", "final_state"};
+    s.out_names = {"o"};
+    if (state) {
+      s.names.push_back("initial_state");
+      s.inputs.push_back(randn({N, Hv, D, D}, rng, 0.5));
+      s.out_names.push_back("final_state");
+    }
+    s.run = [=](auto const& in, ops::Backend b) {
+      auto r = ops::gated_delta(in[0], in[1], in[2], in[3], in[4], cu_t, scale, l2, b,
+                                state ? in[5] : at::Tensor(), state);
+      return state ? Outs{r.o, r.final_state} : Outs{r.o};
+    };
+    s.ref_fwd = [=](auto const& in) {
+      auto r = ref::gated_delta_fwd(in[0], in[1], in[2], in[3], in[4], cu, scale, l2, state ? in[5] : Tensor(), state);
+      return state ? Refs{r.o, r.final_state} : Refs{r.o};
+    };
+    s.ref_bwd = [=](Refs const& dy, auto const& in) {
+      auto g = ref::gated_delta_bwd(dy[0], state ? dy[1] : Tensor(), in[0], in[1], in[2], in[3], in[4], cu, scale, l2,
+                                    state ? in[5] : Tensor());
+      std::vector<Tensor> out{g.dq, g.dk, g.dv, g.dg, g.dbeta};
+      if (state) out.push_back(g.dinitial_state);
+      return out;
+    };
   } else {
     throw std::invalid_argument("unknown op '" + o.op +
-                                "' (known: swiglu, rmsnorm, gated_rmsnorm, rope, conv1d, attention)");
+                                "' (known: swiglu, rmsnorm, gated_rmsnorm, rope, conv1d, attention, gated_delta)");
   }
   return s;
 }
 
 struct Result {
-  at::Tensor out;
+  std::vector<at::Tensor> outs;
   std::vector<at::Tensor> grads;
 };
 
-Result run_backend(OpSpec const& s, std::vector<at::Tensor> const& inputs, at::Tensor const& dy, ops::Backend b) {
+Result run_backend(OpSpec const& s, std::vector<at::Tensor> const& inputs, std::vector<at::Tensor> const& dys,
+                   ops::Backend b) {
   std::vector<at::Tensor> leaves;
   for (auto const& t : inputs) leaves.push_back(t.detach().clone().requires_grad_());
-  at::Tensor out = s.run(leaves, b);
-  return {out.detach(), torch::autograd::grad({out}, leaves, {dy})};
+  std::vector<at::Tensor> const outs = s.run(leaves, b);
+  Result r{{}, torch::autograd::grad(outs, leaves, dys)};
+  for (auto const& out : outs) r.outs.push_back(out.detach());
+  return r;
 }
 
 int gradcheck(Options const& o) {
   Dtype const dtype = o.dtype == "bf16" ? Dtype::kBF16 : o.dtype == "fp16" ? Dtype::kF16
                       : o.dtype == "fp32" ? Dtype::kF32 : o.dtype == "fp64" ? Dtype::kF64
                       : throw std::invalid_argument("--dtype must be bf16, fp16, fp32 or fp64; got " + o.dtype);
-  std::vector<std::string> const known{"swiglu", "rmsnorm", "gated_rmsnorm", "rope", "conv1d", "attention"};
+  std::vector<std::string> const known{"swiglu", "rmsnorm", "gated_rmsnorm", "rope", "conv1d", "attention",
+                                       "gated_delta"};
   if (std::find(known.begin(), known.end(), o.op) == known.end()) {
     throw std::invalid_argument("unknown op '" + o.op + "' (known: swiglu, rmsnorm, gated_rmsnorm, rope, conv1d, " +
-                                "attention)");
+                                "attention, gated_delta)");
   }
   ops::Backend const backend = ops::parse_backend(o.backend);
   std::string const device_name = o.device.empty() ? (backend == ops::Backend::kFused ? "cuda" : "cpu") : o.device;
@@ -188,19 +250,28 @@ int gradcheck(Options const& o) {
 
   std::mt19937_64 rng(o.seed);
   OpSpec s = make_spec(o, rng, device);
-  for (Tensor& t : s.inputs) round_to(dtype, t);
-  Tensor const ref_out = s.ref_fwd(s.inputs);
-  Tensor dy = randn(ref_out.shape(), rng);
-  round_to(dtype, dy);
-  std::vector<Tensor> const ref_grads = s.ref_bwd(dy, s.inputs);
+  // Every tensor rounded to what the op receives, so the reference sees exactly the kernel's inputs.
+  Dtype const fp32_dtype = dtype == Dtype::kF64 ? Dtype::kF64 : Dtype::kF32;
+  auto dtype_of = [&](std::string const& name) { return s.fp32_tensors.count(name) ? fp32_dtype : dtype; };
+  for (size_t i = 0; i < s.inputs.size(); ++i) round_to(dtype_of(s.names[i]), s.inputs[i]);
+  Refs const ref_outs = s.ref_fwd(s.inputs);
+  Refs dys;
+  for (size_t i = 0; i < ref_outs.size(); ++i) {
+    dys.push_back(randn(ref_outs[i].shape(), rng));
+    round_to(dtype_of(s.out_names[i]), dys.back());
+  }
+  std::vector<Tensor> const ref_grads = s.ref_bwd(dys, s.inputs);
 
-  at::ScalarType const st = scalar_type(dtype);
-  std::vector<at::Tensor> inputs;
-  for (Tensor const& t : s.inputs) inputs.push_back(to_torch(t, st, device));
-  at::Tensor const dy_t = to_torch(dy, st, device);
-  Result const subject = run_backend(s, inputs, dy_t, backend);
+  std::vector<at::Tensor> inputs, dys_t;
+  for (size_t i = 0; i < s.inputs.size(); ++i) {
+    inputs.push_back(to_torch(s.inputs[i], scalar_type(dtype_of(s.names[i])), device));
+  }
+  for (size_t i = 0; i < dys.size(); ++i) {
+    dys_t.push_back(to_torch(dys[i], scalar_type(dtype_of(s.out_names[i])), device));
+  }
+  Result const subject = run_backend(s, inputs, dys_t, backend);
   Result baseline;
-  if (backend == ops::Backend::kFused) baseline = run_backend(s, inputs, dy_t, ops::Backend::kComposite);
+  if (backend == ops::Backend::kFused) baseline = run_backend(s, inputs, dys_t, ops::Backend::kComposite);
 
   std::printf("fusepack-gradcheck %s: %s on %s, %s, seqlens", o.op.c_str(), o.backend.c_str(), device_name.c_str(),
               dtype_name(dtype));
@@ -209,6 +280,13 @@ int gradcheck(Options const& o) {
   auto check = [&](std::string const& name, at::Tensor const& got, at::Tensor const& base, Tensor const& want) {
     IndexLayout const layout = want.dim() >= 2 && want.size(0) == s.cu_seqlens.back() ? packed_layout(want, s.cu_seqlens)
                                                                                         : plain_layout(want);
+    if (backend == ops::Backend::kFused && got.scalar_type() != scalar_type(dtype)) {
+      // an fp32 output of a bf16/fp16 run: the floor is one rounding step of the run's dtype, as for the others
+      Tensor const g = to_ref(got), b = to_ref(base);
+      double const floor = rounding_step(dtype, want.numel() ? want.flat().cwiseAbs().maxCoeff() : 0.0);
+      return compare_with_baseline(name + " fp32 of a " + dtype_name(dtype) + " run", g.data(), b.data(), want.data(),
+                                   want.numel(), floor, layout);
+    }
     if (backend == ops::Backend::kFused) return check_fused(name, got, base, want, layout);
     // fp32: elementwise within 1e-5 of the tensor's largest magnitude, the same headroom as kFp32RelRms.
     double const scale = want.numel() ? want.flat().cwiseAbs().maxCoeff() : 0.0;
@@ -218,7 +296,11 @@ int gradcheck(Options const& o) {
     if (dtype == Dtype::kF32 && r.rel_rms > kFp32RelRms) r.failed_bound = "rel_rms over the fp32 bound 1e-5";
     return r;
   };
-  std::vector<ErrorReport> reports{check("out", subject.out, baseline.out, ref_out)};
+  std::vector<ErrorReport> reports;
+  for (size_t i = 0; i < s.out_names.size(); ++i) {
+    reports.push_back(check(s.out_names[i], subject.outs[i],
+                            backend == ops::Backend::kFused ? baseline.outs[i] : at::Tensor(), ref_outs[i]));
+  }
   for (size_t i = 0; i < s.names.size(); ++i) {
     reports.push_back(check("d" + s.names[i], subject.grads[i], backend == ops::Backend::kFused ? baseline.grads[i]
                                                                                                 : at::Tensor(),
@@ -239,7 +321,8 @@ int gradcheck(Options const& o) {
 int main(int argc, char** argv) {
   fusepack::test::Options o;
   CLI::App app{"fusepack-gradcheck: one op, forward and every gradient, against the fp64 reference"};
-  app.add_option("op", o.op, "swiglu | rmsnorm | gated_rmsnorm | rope | conv1d | attention")->required();
+  app.add_option("op", o.op, "swiglu | rmsnorm | gated_rmsnorm | rope | conv1d | attention | gated_delta")
+      ->required();
   app.add_option("--dtype", o.dtype, "bf16 | fp16 | fp32 | fp64")->capture_default_str();
   app.add_option("--backend", o.backend, "fused (checked against the composite baseline) | composite")
       ->capture_default_str();
@@ -247,13 +330,17 @@ int main(int argc, char** argv) {
   app.add_option("--seqlens", o.seqlens, "example lengths of the packed batch, e.g. 1,17,1024")
       ->delimiter(',')
       ->capture_default_str();
-  app.add_option("--heads", o.heads, "heads (q heads for attention)")->capture_default_str();
+  app.add_option("--heads", o.heads, "heads (q heads for attention; Hk,Hv for gated_delta)")
+      ->delimiter(',')
+      ->capture_default_str();
   app.add_option("--kv-heads", o.kv_heads, "attention key/value heads")->capture_default_str();
-  app.add_option("--dim", o.dim, "channels, head dim or hidden size")->capture_default_str();
+  app.add_option("--dim", o.dim, "channels, head dim or hidden size (gated_delta: K = V)")->capture_default_str();
   app.add_option("--width", o.width, "conv1d width")->capture_default_str();
   app.add_option("--rotary-dim", o.rotary_dim, "rope: rotated channels (default: all)");
   app.add_flag("!--no-silu", o.silu, "conv1d without the fused SiLU");
   app.add_flag("!--no-gate", o.gate, "attention without the output gate");
+  app.add_flag("!--no-l2norm", o.l2norm, "gated_delta without the q/k l2 norm");
+  app.add_flag("!--no-state", o.state, "gated_delta without initial and final state");
   app.add_option("--seed", o.seed, "input seed")->capture_default_str();
   try {
     app.parse(argc, argv);

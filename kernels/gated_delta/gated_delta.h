@@ -1,0 +1,80 @@
+// The chunked gated delta rule (Gated DeltaNet) over packed examples, fused forward and backward.
+// Chunks of kGatedDeltaChunk tokens never span two examples (an example's last chunk may be short); the state is
+// reset to the example's initial state (or zeros) at every example start. q/k l2-normalisation and the scale are
+// fused in. Numerical contract: inputs widened to fp32; state, its chunk-to-chunk recurrence and every accumulation
+// in fp32; one rounding of o (and of dq, dk, dv, dbeta) to the input dtype. The backward is bitwise deterministic:
+// every sum has a fixed order (no atomics), including the sum over the value heads that share a key head.
+#pragma once
+
+#include "kernels/common/dtype.h"
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace fusepack {
+
+inline constexpr int kGatedDeltaChunk = 64;
+
+// The chunk table, built on the host from cu_seqlens (gated_delta_chunk_table) and copied to the device once.
+// chunk c of the packed batch covers tokens [chunk_start[c], chunk_start[c] + chunk_len[c]) of example
+// chunk_example[c]; an example's chunks are consecutive, in order; chunk_offsets[n] is the first chunk of example n
+// (an empty example owns no chunk: chunk_offsets[n] == chunk_offsets[n + 1]).
+struct GatedDeltaChunkTable {
+  std::vector<std::int32_t> data;  // [chunk_start: NC][chunk_len: NC][chunk_example: NC][chunk_offsets: N+1]
+  int N = 0, NC = 0;
+};
+GatedDeltaChunkTable gated_delta_chunk_table(std::vector<std::int32_t> const& cu_seqlens);
+
+struct GatedDeltaFwdParams {
+  void const* q = nullptr;                   // [T, Hk, K] contiguous, dtype
+  void const* k = nullptr;                   // [T, Hk, K] contiguous, dtype
+  void const* v = nullptr;                   // [T, Hv, V] contiguous, dtype
+  float const* g = nullptr;                  // [T, Hv] fp32, log-space decay (<= 0 in the model)
+  void const* beta = nullptr;                // [T, Hv] contiguous, dtype
+  std::int32_t const* cu_seqlens = nullptr;  // [N+1] on the device
+  std::int32_t const* chunks = nullptr;      // GatedDeltaChunkTable::data on the device
+  float const* initial_state = nullptr;      // [N, Hv, K, V] fp32, or nullptr for zeros
+  void* o = nullptr;                         // [T, Hv, V] dtype
+  float* final_state = nullptr;              // [N, Hv, K, V] fp32, or nullptr when not wanted
+  // Saved for the backward; all fp32; written when `save` (training), untouched otherwise.
+  bool save = false;
+  float* q_rstd = nullptr;  // [T, Hk] 1/sqrt(Σq² + 1e-6) (1 when !use_qk_l2norm)
+  float* k_rstd = nullptr;  // [T, Hk]
+  float* gcum = nullptr;    // [T, Hv] inclusive cumulative sum of g within each chunk
+  float* Ainv = nullptr;    // [T, Hv, kGatedDeltaChunk] row i of the chunk's (I + A)^-1 (lower unit-triangular),
+                            // columns j = 0..chunk_len-1 of the chunk; the rest zero
+  float* h = nullptr;       // [NC, Hv, K, V] state at the start of every chunk
+  float* v_new = nullptr;   // [T, Hv, V] u − w·h, the chunk's corrected values
+  std::int64_t T = 0;
+  int Hk = 0, Hv = 0, K = 128, V = 128;  // Hv % Hk == 0; value head j reads key head j / (Hv / Hk)
+  int N = 0, NC = 0;                     // examples, chunks
+  float scale = 0;                       // applied to q after the l2 norm (K^-1/2 in the model)
+  bool use_qk_l2norm = true;
+  DType dtype = DType::kBF16;  // of q, k, v, beta, o (and do, dq, dk, dv, dbeta)
+};
+
+struct GatedDeltaBwdParams : GatedDeltaFwdParams {
+  void const* dout = nullptr;             // [T, Hv, V] dtype
+  float const* dfinal_state = nullptr;    // [N, Hv, K, V] fp32, or nullptr (zero)
+  void* dq = nullptr;                     // [T, Hk, K] dtype
+  void* dk = nullptr;                     // [T, Hk, K] dtype
+  void* dv = nullptr;                     // [T, Hv, V] dtype
+  float* dg = nullptr;                    // [T, Hv] fp32
+  void* dbeta = nullptr;                  // [T, Hv] dtype
+  float* dinitial_state = nullptr;        // [N, Hv, K, V] fp32, or nullptr when no initial_state was given
+  void* workspace = nullptr;              // gated_delta_bwd_workspace_bytes(p) bytes, 256-byte aligned
+};
+
+// Bytes of the device workspace each pass needs (0 allowed); a function of the shapes and the dtype only.
+std::size_t gated_delta_fwd_workspace_bytes(GatedDeltaFwdParams const& p);
+std::size_t gated_delta_bwd_workspace_bytes(GatedDeltaBwdParams const& p);
+
+// The forward writes o (and final_state, and the saved tensors when p.save); `workspace` holds
+// gated_delta_fwd_workspace_bytes(p) bytes. The backward reads the tensors the forward saved (same p fields).
+void run_gated_delta_fwd(GatedDeltaFwdParams const& p, void* workspace, cudaStream_t stream);
+void run_gated_delta_bwd(GatedDeltaBwdParams const& p, cudaStream_t stream);
+
+}  // namespace fusepack

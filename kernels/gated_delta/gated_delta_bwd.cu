@@ -1,0 +1,117 @@
+// Backward of the chunked gated delta rule: three launches (gated_delta_bwd_kernels.cuh) over the inputs and the
+// tensors the forward saved (it reads g itself, not gcum). Contract: fp32 state gradient and accumulations, 3xTF32
+// (close to fp32 accuracy) on every path into dg and dinitial_state, one rounding of dq, dk, dv, dbeta to the input
+// dtype; bitwise deterministic (no atomics: every sum, the GQA sum over value heads included, runs in a fixed order).
+#include "kernels/common/cuda_check.h"
+#include "kernels/common/static_switch.h"
+#include "kernels/gated_delta/gated_delta.h"
+#include "kernels/gated_delta/gated_delta_bwd_kernels.cuh"
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+// K = V ∈ {64, 128}: one place for the head sizes the backward is compiled for.
+#define FUSEPACK_GATED_DELTA_BWD_DIM_SWITCH(dim, NAME, ...)                                                     \
+  [&] {                                                                                                         \
+    if ((dim) == 64) {                                                                                          \
+      constexpr static int NAME = 64;                                                                           \
+      return __VA_ARGS__();                                                                                     \
+    } else if ((dim) == 128) {                                                                                  \
+      constexpr static int NAME = 128;                                                                          \
+      return __VA_ARGS__();                                                                                     \
+    }                                                                                                           \
+    throw std::invalid_argument("gated_delta backward: head size " + std::to_string(dim) + " is not compiled"); \
+  }()
+
+namespace fusepack {
+
+namespace {
+
+using namespace gated_delta_bwd_detail;
+
+void check_bwd_params(GatedDeltaBwdParams const& p) {
+  auto fail = [](std::string const& what) { throw std::invalid_argument("gated_delta backward: " + what); };
+  if (p.K != p.V || (p.K != 64 && p.K != 128)) {
+    fail("the fused backward needs K = V = 64 or 128; got K=" + std::to_string(p.K) +
+         " (q/k dimension 2), V=" + std::to_string(p.V) + " (v dimension 2)");
+  }
+  if (p.Hk < 1 || p.Hv < p.Hk || p.Hv % p.Hk != 0) {
+    fail("the value heads Hv=" + std::to_string(p.Hv) +
+         " must be a positive multiple of the key heads Hk=" + std::to_string(p.Hk));
+  }
+  if (p.T < 0 || p.N < 0 || p.NC < 0 || (p.T == 0) != (p.NC == 0)) {
+    fail("T=" + std::to_string(p.T) + ", N=" + std::to_string(p.N) + ", NC=" + std::to_string(p.NC) +
+         " do not describe a packed batch (T = 0 exactly when there are no chunks)");
+  }
+  if (p.N > 0 && !p.chunks) fail("chunks (the chunk table on the device) is null");
+  if (p.T > 0) {
+    struct Named {
+      void const* ptr;
+      char const* name;
+    };
+    for (Named const& t : {Named{p.q, "q"}, Named{p.k, "k"}, Named{p.v, "v"}, Named{p.g, "g"}, Named{p.beta, "beta"},
+                           Named{p.dout, "dout"}, Named{p.dq, "dq"}, Named{p.dk, "dk"}, Named{p.dv, "dv"},
+                           Named{p.dg, "dg"}, Named{p.dbeta, "dbeta"}}) {
+      if (!t.ptr) fail(std::string(t.name) + " is null");
+    }
+    for (Named const& t : {Named{p.q_rstd, "q_rstd"}, Named{p.k_rstd, "k_rstd"}, Named{p.Ainv, "Ainv"}, Named{p.h, "h"},
+                           Named{p.v_new, "v_new"}}) {
+      if (!t.ptr) fail(std::string(t.name) + " is null: the backward reads what the forward saved (save = true)");
+    }
+  }
+  if (gated_delta_bwd_workspace_bytes(p) > 0 && reinterpret_cast<std::uintptr_t>(p.workspace) % 256 != 0) {
+    fail(p.workspace ? "workspace must be 256-byte aligned" : "workspace is null");
+  }
+}
+
+template <typename Kernel>
+void allow_smem(Kernel kernel, std::size_t bytes) {  // per call: the attribute belongs to the current device
+  if (bytes > 48 * 1024) {
+    FUSEPACK_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  }
+}
+
+template <typename T, int K, int V>
+void launch(GatedDeltaBwdParams const& p, cudaStream_t stream) {
+  BwdWorkspace const w = bwd_workspace(p);
+  auto* ws = static_cast<char*>(p.workspace);
+  auto region = [&](std::size_t offset) { return reinterpret_cast<float*>(ws + offset); };
+  float *const P = region(w.P), *const A = region(w.A), *const dh = region(w.dh), *const y = region(w.y);
+  if (p.NC > 0) {
+    auto const kernel = gated_delta_bwd_intra<T, K>;
+    allow_smem(kernel, intra_smem_bytes<K>());
+    unsigned const blocks = static_cast<unsigned>(std::int64_t(p.NC) * p.Hv);
+    kernel<<<blocks, kThreads, intra_smem_bytes<K>(), stream>>>(p, P, A);
+    FUSEPACK_CUDA_CHECK_LAUNCH();
+  }
+  if (p.NC > 0 || p.dinitial_state) {  // without chunks it only passes dfinal_state through to dinitial_state
+    auto const kernel = gated_delta_bwd_state<T, K, V>;
+    allow_smem(kernel, state_smem_bytes<K>());
+    unsigned const blocks = static_cast<unsigned>(std::int64_t(p.N) * p.Hv * (V / kTileV));
+    kernel<<<blocks, kThreads, state_smem_bytes<K>(), stream>>>(p, P, dh, y);
+    FUSEPACK_CUDA_CHECK_LAUNCH();
+  }
+  if (p.NC > 0) {
+    auto const kernel = gated_delta_bwd_chunk<T, K, V>;
+    allow_smem(kernel, chunk_smem_bytes<K, V>());
+    unsigned const blocks = static_cast<unsigned>(std::int64_t(p.NC) * p.Hk);
+    kernel<<<blocks, kThreads, chunk_smem_bytes<K, V>(), stream>>>(p, P, A, dh, y);
+    FUSEPACK_CUDA_CHECK_LAUNCH();
+  }
+}
+
+}  // namespace
+
+std::size_t gated_delta_bwd_workspace_bytes(GatedDeltaBwdParams const& p) { return bwd_workspace(p).bytes; }
+
+void run_gated_delta_bwd(GatedDeltaBwdParams const& p, cudaStream_t stream) {
+  check_bwd_params(p);
+  if (p.N == 0) return;
+  FUSEPACK_DTYPE_SWITCH(p.dtype, T, [&] {
+    FUSEPACK_GATED_DELTA_BWD_DIM_SWITCH(p.K, kDim, [&] { launch<T, kDim, kDim>(p, stream); });
+  });
+}
+
+}  // namespace fusepack

@@ -1,0 +1,838 @@
+// The kernels of the chunked gated delta rule backward, in the order gated_delta_bwd.cu runs them:
+//   gated_delta_bwd_intra  per (chunk, value head): P = q̂k̂ᵀ ⊙ decay (i >= j) and Â = k̂k̂ᵀ ⊙ decay (i > j);
+//   gated_delta_bwd_state  per (example, value head, 64 columns of V): the reverse chunk recurrence of dh, y, dv;
+//   gated_delta_bwd_chunk  per (chunk, key head): dβ and dg of the group's value heads in head order, their dq̂ and
+//                          dk̂ summed in registers, then the scale and the l2norm backward: dq, dk.
+// Matrix products run on the tensor cores (mma.sync m16n8k8 tf32, fp32 accumulation). bf16/fp16 inputs are exact in
+// tf32; any other operand of a product that reaches an fp32 output (dg, dinitial_state, and for fp32 inputs every
+// output) is split into a tf32 head and a tf32 tail (3xTF32, close to fp32 accuracy). The in-chunk cumulative sums of
+// g are recomputed from g in fp64 (chunk_cumsum says why) and the sums that make dg and dβ run in fp64.
+#pragma once
+
+#include "kernels/common/vec.cuh"
+#include "kernels/gated_delta/gated_delta.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+namespace fusepack::gated_delta_bwd_detail {
+
+constexpr int kChunk = kGatedDeltaChunk;  // 64 tokens: 4 row tiles of 16
+constexpr int kWarps = 8;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kTileV = 64;  // columns of dh one block of the recurrence carries
+constexpr int kSlab = 32;   // rows of h and dh_next per step of gated_delta_bwd_chunk
+
+// Device primitives; everything below them is plain C++ (a host emulation of these few runs the kernels on a CPU).
+#if defined(__CUDACC__)
+__device__ __forceinline__ std::uint32_t to_tf32(float x) {
+  std::uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+  return r;
+}
+
+// d += a·b on one 16×8 tile with k = 8, warp-wide. With g = lane / 4 and t = lane % 4, this lane holds
+// a = A(g, t), A(g+8, t), A(g, t+4), A(g+8, t+4); b = B(t, g), B(t+4, g); d = D(g, 2t), D(g, 2t+1), D(g+8, 2t),
+// D(g+8, 2t+1) (PTX ISA, "Matrix Fragments for mma.m16n8k8", .tf32).
+__device__ __forceinline__ void mma_tf32(float (&d)[4], std::uint32_t const (&a)[4], std::uint32_t const (&b)[2]) {
+  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+__device__ __forceinline__ float* shared_floats() {
+  extern __shared__ float4 gated_delta_bwd_smem[];
+  return reinterpret_cast<float*>(gated_delta_bwd_smem);
+}
+#endif
+
+// x as a tf32 head (and, when kSplit, the tf32 of what the head misses: x − head is exact in fp32).
+template <bool kSplit>
+__device__ __forceinline__ void split_tf32(float x, std::uint32_t& hi, std::uint32_t& lo) {
+  hi = to_tf32(x);
+  if constexpr (kSplit) lo = to_tf32(x - __uint_as_float(hi));
+}
+
+// One warp: acc[i][j] += Σ_{k < kK} a(r, k) · b(k, c) on the 16×8 tiles at rows m0 + 16·i, columns n0 + nstep·j.
+// a(r, k), b(k, c) read shared memory (any layout: a transposed operand is just another accessor). The tail products
+// come first, the head product last (the small terms accumulate before the large one).
+// acc[i][j][e] is the element at row m0 + 16·i + lane/4 + 8·(e/2), column n0 + nstep·j + 2·(lane%4) + e%2.
+template <int kMI, int kNJ, int kK, bool kSplitA, bool kSplitB, class AAt, class BAt>
+__device__ __forceinline__ void warp_mma(float (&acc)[kMI][kNJ][4], int m0, int n0, int nstep, AAt const& a,
+                                         BAt const& b) {
+  int const lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll 2
+  for (int k0 = 0; k0 < kK; k0 += 8) {
+    std::uint32_t ah[kMI][4], al[kMI][4], bh[kNJ][2], bl[kNJ][2];
+#pragma unroll
+    for (int i = 0; i < kMI; ++i) {
+      int const r = m0 + 16 * i + g;
+      split_tf32<kSplitA>(a(r, k0 + t), ah[i][0], al[i][0]);
+      split_tf32<kSplitA>(a(r + 8, k0 + t), ah[i][1], al[i][1]);
+      split_tf32<kSplitA>(a(r, k0 + t + 4), ah[i][2], al[i][2]);
+      split_tf32<kSplitA>(a(r + 8, k0 + t + 4), ah[i][3], al[i][3]);
+    }
+#pragma unroll
+    for (int j = 0; j < kNJ; ++j) {
+      int const c = n0 + nstep * j + g;
+      split_tf32<kSplitB>(b(k0 + t, c), bh[j][0], bl[j][0]);
+      split_tf32<kSplitB>(b(k0 + t + 4, c), bh[j][1], bl[j][1]);
+    }
+#pragma unroll
+    for (int i = 0; i < kMI; ++i) {
+#pragma unroll
+      for (int j = 0; j < kNJ; ++j) {
+        if constexpr (kSplitA) mma_tf32(acc[i][j], al[i], bh[j]);
+        if constexpr (kSplitB) mma_tf32(acc[i][j], ah[i], bl[j]);
+        mma_tf32(acc[i][j], ah[i], bh[j]);
+      }
+    }
+  }
+}
+
+template <int kMI, int kNJ>
+__device__ __forceinline__ void zero(float (&acc)[kMI][kNJ][4]) {
+#pragma unroll
+  for (int i = 0; i < kMI; ++i) {
+#pragma unroll
+    for (int j = 0; j < kNJ; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+    }
+  }
+}
+
+// Butterfly sums (every lane ends with the same bits, whatever the order the lanes run in).
+template <typename F>
+__device__ __forceinline__ F sum_over_quad(F x) {  // the 4 lanes of one accumulator row
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+template <typename F>
+__device__ __forceinline__ F sum_over_rows(F x) {  // the 8 lanes of one accumulator column
+  x += __shfl_xor_sync(0xffffffffu, x, 4);
+  x += __shfl_xor_sync(0xffffffffu, x, 8);
+  return x + __shfl_xor_sync(0xffffffffu, x, 16);
+}
+template <typename F>
+__device__ __forceinline__ F sum_over_warp(F x) {
+#pragma unroll
+  for (int m = 16; m >= 1; m >>= 1) x += __shfl_xor_sync(0xffffffffu, x, m);
+  return x;
+}
+
+// The in-chunk cumulative sums of g in fp64, computed by one warp: lane l gets G of rows 2l and 2l + 1 (g read as 0
+// past the chunk's end) and every lane G_last = G[len − 1]. Decays exp(G_i − G_j) take the difference in fp64: the
+// fp32 cumsum the forward saves (gcum) is off by ~|G|·6e-8, which near the end of a chunk (|G| ~ 40) cost dg 2e-6 of
+// its largest entry, four times the error of the fp32 token-by-token recurrence.
+struct ChunkG {
+  double G[2];
+  double last;
+};
+__device__ __forceinline__ ChunkG chunk_cumsum(float const* g, std::int64_t start, int len, int Hv, int j) {
+  int const lane = threadIdx.x & 31, i0 = 2 * lane;
+  double const a = i0 < len ? double(g[(start + i0) * Hv + j]) : 0.0;
+  double const b = i0 + 1 < len ? double(g[(start + i0 + 1) * Hv + j]) : 0.0;
+  double incl = a + b;  // inclusive prefix over lanes of the pair sums (Hillis-Steele: a fixed order)
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    double const up = __shfl_up_sync(0xffffffffu, incl, d);
+    if (lane >= d) incl += up;
+  }
+  double const up = __shfl_up_sync(0xffffffffu, incl, 1);
+  ChunkG r;
+  r.G[0] = (lane == 0 ? 0.0 : up) + a;
+  r.G[1] = r.G[0] + b;
+  double const at_last = __shfl_sync(0xffffffffu, (len - 1) % 2 ? r.G[1] : r.G[0], (len - 1) / 2);
+  r.last = at_last;
+  return r;
+}
+
+// Four consecutive elements widened to fp32, in one 16-byte (fp32) or 8-byte (bf16, fp16) access.
+__device__ __forceinline__ void load4(float const* s, float (&x)[4]) {
+  float4 const v = *reinterpret_cast<float4 const*>(s);
+  x[0] = v.x;
+  x[1] = v.y;
+  x[2] = v.z;
+  x[3] = v.w;
+}
+template <typename T>
+__device__ __forceinline__ void load4(T const* s, float (&x)[4]) {
+  uint2 const v = *reinterpret_cast<uint2 const*>(s);
+  T h[4];
+  memcpy(h, &v, sizeof(v));
+#pragma unroll
+  for (int e = 0; e < 4; ++e) x[e] = to_float(h[e]);
+}
+
+// dst[r·pitch + c] = scale(r) · src[r·stride + c] for r < rows_valid and c < cols_valid, 0 elsewhere in the
+// rows × cols tile (cols a multiple of 4). The whole block takes part; 4 elements per access when src and stride
+// are aligned to them (one uniform branch), else scalar loads.
+template <typename T, class Scale>
+__device__ __forceinline__ void load_tile(float* dst, int pitch, T const* src, std::int64_t stride, int rows, int cols,
+                                          int rows_valid, int cols_valid, Scale const& scale) {
+  bool const vec = rows_valid > 0 && reinterpret_cast<std::uintptr_t>(src) % (4 * sizeof(T)) == 0 && stride % 4 == 0;
+  int const groups = cols / 4;
+  for (int idx = threadIdx.x; idx < rows * groups; idx += kThreads) {
+    int const r = idx / groups, c = (idx - r * groups) * 4;
+    float x[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (r < rows_valid) {
+      T const* s = src + r * stride + c;
+      if (vec) {
+        load4(s, x);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) x[e] = to_float(s[e]);
+      }
+      float const f = scale(r);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) x[e] = c + e < cols_valid ? f * x[e] : 0.0f;
+    }
+    *reinterpret_cast<float4*>(dst + r * pitch + c) = make_float4(x[0], x[1], x[2], x[3]);
+  }
+}
+
+// dst[r·stride + c] = src[r·pitch + c] over a rows × cols fp32 tile (cols a multiple of 4), the whole block.
+__device__ __forceinline__ void store_tile(float* dst, std::int64_t stride, float const* src, int pitch, int rows,
+                                           int cols) {
+  bool const vec = reinterpret_cast<std::uintptr_t>(dst) % 16 == 0 && stride % 4 == 0;
+  int const groups = cols / 4;
+  for (int idx = threadIdx.x; idx < rows * groups; idx += kThreads) {
+    int const r = idx / groups, c = (idx - r * groups) * 4;
+    float const* s = src + r * pitch + c;
+    float* d = dst + r * stride + c;
+    if (vec) {
+      *reinterpret_cast<float4*>(d) = *reinterpret_cast<float4 const*>(s);
+    } else {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) d[e] = s[e];
+    }
+  }
+}
+
+// A rows × cols tile of T held in registers between its global load and its shared-memory store (4 elements per
+// access, kPer accesses per thread), so that the load is in flight while the block computes on the previous tile.
+template <typename T, int kRows, int kCols>
+struct StagedTile {
+  static constexpr int kGroups = kRows * kCols / 4, kPer = kGroups / kThreads;
+  static_assert(kGroups % kThreads == 0, "a whole number of 4-element groups per thread");
+  using Word = std::conditional_t<sizeof(T) == 4, float4, uint2>;  // 4 elements
+  T v[kPer][4];
+  int rows_valid = 0, cols_valid = 0;
+
+  // Rows at or past rows_valid read as 0 (nothing is loaded for them); columns at or past cols_valid at store().
+  __device__ __forceinline__ void load(T const* src, std::int64_t stride, int rows, int cols) {
+    rows_valid = rows;
+    cols_valid = cols;
+    bool const vec = rows > 0 && reinterpret_cast<std::uintptr_t>(src) % sizeof(Word) == 0 && stride % 4 == 0;
+#pragma unroll
+    for (int u = 0; u < kPer; ++u) {
+      int const idx = threadIdx.x + u * kThreads, r = idx / (kCols / 4), c = (idx % (kCols / 4)) * 4;
+      if (r < rows) {
+        T const* s = src + r * stride + c;
+        if (vec) {
+          Word const w = *reinterpret_cast<Word const*>(s);
+          memcpy(v[u], &w, sizeof(w));
+        } else {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) v[u][e] = s[e];
+        }
+      } else {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) v[u][e] = from_float<T>(0.0f);
+      }
+    }
+  }
+  // Element (r, c) of the tile.
+  __device__ __forceinline__ float at(int u, int e) const {
+    int const idx = threadIdx.x + u * kThreads, r = idx / (kCols / 4), c = (idx % (kCols / 4)) * 4 + e;
+    return r < rows_valid && c < cols_valid ? to_float(v[u][e]) : 0.0f;
+  }
+  __device__ __forceinline__ void store(float* dst, int pitch) const {
+#pragma unroll
+    for (int u = 0; u < kPer; ++u) {
+      int const idx = threadIdx.x + u * kThreads, r = idx / (kCols / 4), c = (idx % (kCols / 4)) * 4;
+      *reinterpret_cast<float4*>(dst + r * pitch + c) = make_float4(at(u, 0), at(u, 1), at(u, 2), at(u, 3));
+    }
+  }
+};
+
+struct Unit {
+  __device__ float operator()(int) const { return 1.0f; }
+};
+
+// Shared-memory layouts (fp32 elements). Pitches: K + 8 and 64 + 8 where the hot reads walk a column (transposed
+// operands: 8 mod 32 spreads lanes (t, g) over 32 banks), V + 4 and 64 + 4 where they walk a row (4 mod 32).
+template <int K>
+struct IntraSmem {
+  static constexpr int kLd = K + 4;
+  static constexpr int G = 0;  // fp64 [64], in doubles; the rest in floats
+  static constexpr int q = 2 * kChunk, k = q + kChunk * kLd, rq = k + kChunk * kLd, rk = rq + kChunk,
+                       floats = rk + kChunk;
+};
+template <int K>
+struct StateSmem {
+  static constexpr int kLdK = K + 8, kLdL = kChunk + 8, kLdV = kTileV + 8;
+  static constexpr int q = 0, k = q + kChunk * kLdK, P = k + kChunk * kLdK, T = P + kChunk * kLdL,
+                       dout = T + kChunk * kLdL, dv_new = dout + kChunk * kLdV, y = dv_new + kChunk * kLdV,
+                       dh = y + kChunk * kLdV, s_rk = dh + K * kLdV, c_q = s_rk + kChunk, c_y = c_q + kChunk,
+                       beta = c_y + kChunk, gamma = beta + kChunk, floats = gamma + 4;
+};
+template <int K, int V>
+struct ChunkSmem {
+  static constexpr int kLdK = K + 8, kLdV = V + 4, kLdL = kChunk + 4;
+  static constexpr int kM = 2 * kChunk * kLdL, kH = 2 * kSlab * kLdV;  // dP̃ and B; the h and dh_next slabs
+  static constexpr int region = kM > kH ? kM : kH;
+  // fp64 first (8-byte aligned), in doubles: G and the partial sums of dG and dβ
+  static constexpr int G = 0, rowE = G + kChunk, rowF = rowE + 2 * kChunk, colE = rowF + 2 * kChunk,
+                       rowS = colE + 4 * kChunk, rowB = rowS + 2 * kChunk, dG = rowB + 2 * kChunk, last = dG + kChunk,
+                       hd = last + kWarps, doubles = hd + kWarps;
+  // then fp32, in floats:
+  static constexpr int q = 2 * doubles, k = q + kChunk * kLdK, dout = k + kChunk * kLdK, y = dout + kChunk * kLdV,
+                       v_new = y + kChunk * kLdV, R = v_new + kChunk * kLdV, beta = R + region, Gam = beta + kChunk,
+                       s = Gam + kChunk, rq = s + kChunk, rk = rq + kChunk, vy = rk + kChunk, dots = vy + kChunk,
+                       floats = dots + 4 * kChunk;
+};
+
+// Dynamic shared memory of each kernel (the fp64 arrays counted as two floats each).
+template <int K>
+constexpr std::size_t intra_smem_bytes() {
+  return sizeof(float) * IntraSmem<K>::floats;
+}
+template <int K>
+constexpr std::size_t state_smem_bytes() {
+  return sizeof(float) * StateSmem<K>::floats;
+}
+template <int K, int V>
+constexpr std::size_t chunk_smem_bytes() {
+  return sizeof(float) * ChunkSmem<K, V>::floats;
+}
+
+// The fp32 workspace: byte offsets of its regions (each 256-byte aligned) and its size.
+struct BwdWorkspace {
+  std::size_t P = 0, A = 0;  // [NC, Hv, 64, 64] P and Â of every chunk
+  std::size_t dh = 0;        // [NC, Hv, K, V] dh_next: the gradient of the state leaving every chunk
+  std::size_t y = 0;         // [T, Hv, V] y = Ainvᵀ dv_new
+  std::size_t bytes = 0;
+};
+inline BwdWorkspace bwd_workspace(GatedDeltaBwdParams const& p) {
+  auto const at = [](std::size_t& offset, std::size_t floats) {
+    std::size_t const begin = offset;
+    offset += (floats * sizeof(float) + 255) / 256 * 256;
+    return begin;
+  };
+  std::size_t const NC = p.NC > 0 ? p.NC : 0, T = p.T > 0 ? p.T : 0, Hv = p.Hv, K = p.K, V = p.V;
+  BwdWorkspace w;
+  std::size_t o = 0;
+  w.P = at(o, NC * Hv * kChunk * kChunk);
+  w.A = at(o, NC * Hv * kChunk * kChunk);
+  w.dh = at(o, NC * Hv * K * V);
+  w.y = at(o, T * Hv * V);
+  w.bytes = o;
+  return w;
+}
+
+// P[i, j] = (q̂_i·k̂_j) exp(G_i − G_j) for j <= i, Â[i, j] = (k̂_i·k̂_j) exp(G_i − G_j) for j < i, both 0 elsewhere
+// (and on rows past the chunk's end): one [q; k] kᵀ product of the raw inputs, rstd and scale applied after.
+template <typename T, int K>
+__global__ void __launch_bounds__(kThreads) gated_delta_bwd_intra(GatedDeltaBwdParams p, float* P_out, float* A_out) {
+  using S = IntraSmem<K>;
+  constexpr int kLd = S::kLd;
+  constexpr bool kSplit = std::is_same_v<T, float>;
+  float* const sm = shared_floats();
+  float *const q_s = sm + S::q, *const k_s = sm + S::k, *const rq = sm + S::rq, *const rk = sm + S::rk;
+  double* const G = reinterpret_cast<double*>(sm) + S::G;
+  int const c = blockIdx.x / p.Hv, j = blockIdx.x % p.Hv, kh = j / (p.Hv / p.Hk);
+  int const start = p.chunks[c], len = p.chunks[p.NC + c];
+  int const tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+  if (warp == 0) {
+    ChunkG const cg = chunk_cumsum(p.g, start, len, p.Hv, j);
+#pragma unroll
+    for (int h2 = 0; h2 < 2; ++h2) {
+      int const r = 2 * lane + h2;
+      bool const in = r < len;
+      std::int64_t const t = std::int64_t(start) + r;
+      G[r] = cg.G[h2];
+      rq[r] = in ? p.scale * p.q_rstd[t * p.Hk + kh] : 0.0f;
+      rk[r] = in ? p.k_rstd[t * p.Hk + kh] : 0.0f;
+    }
+  }
+  std::int64_t const row0 = (std::int64_t(start) * p.Hk + kh) * K, stride = std::int64_t(p.Hk) * K;
+  load_tile(q_s, kLd, static_cast<T const*>(p.q) + row0, stride, kChunk, K, len, K, Unit{});
+  load_tile(k_s, kLd, static_cast<T const*>(p.k) + row0, stride, kChunk, K, len, K, Unit{});
+  __syncthreads();
+
+  // Warps 0-3: rows of q (P), warps 4-7: rows of k (Â); 16 rows × 64 columns each.
+  bool const is_p = warp < 4;
+  float const* a_rows = (is_p ? q_s : k_s) + 16 * (warp & 3) * kLd;
+  float acc[1][8][4];
+  zero(acc);
+  warp_mma<1, 8, K, kSplit, kSplit>(
+      acc, 0, 0, 8, [&](int r, int kk) { return a_rows[r * kLd + kk]; },
+      [&](int kk, int n) { return k_s[n * kLd + kk]; });
+  float* const out = (is_p ? P_out : A_out) + (std::int64_t(c) * p.Hv + j) * kChunk * kChunk;
+  float const* r_scale = is_p ? rq : rk;
+#pragma unroll
+  for (int jn = 0; jn < 8; ++jn) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      int const i = 16 * (warp & 3) + g + 8 * half, col = 8 * jn + 2 * t4;
+      float v[2];
+#pragma unroll
+      for (int b = 0; b < 2; ++b) {
+        int const jj = col + b;
+        bool const keep = i < len && (is_p ? jj <= i : jj < i);
+        v[b] = keep ? r_scale[i] * rk[jj] * acc[0][jn][2 * half + b] * expf(float(G[i] - G[jj])) : 0.0f;
+      }
+      *reinterpret_cast<float2*>(out + i * kChunk + col) = make_float2(v[0], v[1]);
+    }
+  }
+}
+
+// The reverse chunk recurrence for example n, value head j, dh columns [v0, v0 + 64), dh starting at dfinal_state
+// (or 0). Per chunk, last first: dh_next out; dv_new = Pᵀ do + diag(exp(G_last − G)) k̂ dh; y = Ainvᵀ dv_new (out,
+// with dv = β ⊙ y); dh ← exp(G_last) dh + (q̂ ⊙ exp(G))ᵀ do − (k̂ ⊙ β ⊙ exp(G))ᵀ y. The raw q and k are the products'
+// operands (exact in tf32 for bf16/fp16); rstd, scale and the decays move onto the other side as row scales.
+template <typename T, int K, int V>
+__global__ void __launch_bounds__(kThreads, 1)
+    gated_delta_bwd_state(GatedDeltaBwdParams p, float const* P_in, float* dh_out, float* y_out) {
+  using S = StateSmem<K>;
+  constexpr int kLdK = S::kLdK, kLdL = S::kLdL, kLdV = S::kLdV;
+  constexpr bool kExact = !std::is_same_v<T, float>;
+  constexpr int kVTiles = V / kTileV;
+  float* const sm = shared_floats();
+  float *const q_s = sm + S::q, *const k_s = sm + S::k, *const P_s = sm + S::P, *const T_s = sm + S::T,
+               *const do_s = sm + S::dout, *const dvn_s = sm + S::dv_new, *const y_s = sm + S::y,
+               *const dh_s = sm + S::dh, *const s_rk = sm + S::s_rk, *const c_q = sm + S::c_q, *const c_y = sm + S::c_y,
+               *const beta_s = sm + S::beta, *const gamma_s = sm + S::gamma;
+  int const vt = blockIdx.x % kVTiles, j = (blockIdx.x / kVTiles) % p.Hv, n = blockIdx.x / (kVTiles * p.Hv);
+  int const v0 = vt * kTileV, kh = j / (p.Hv / p.Hk);
+  int const tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+  std::int64_t const state = (std::int64_t(n) * p.Hv + j) * K * V + v0;
+  load_tile(dh_s, kLdV, p.dfinal_state ? p.dfinal_state + state : nullptr, V, K, kTileV, p.dfinal_state ? K : 0, kTileV,
+            Unit{});
+  __syncthreads();
+
+  auto const* q = static_cast<T const*>(p.q);
+  auto const* k = static_cast<T const*>(p.k);
+  auto const* dout = static_cast<T const*>(p.dout);
+  auto const* beta = static_cast<T const*>(p.beta);
+  auto* dv = static_cast<T*>(p.dv);
+  // The next chunk's inputs wait in registers while the block works on the current one.
+  StagedTile<T, kChunk, K> next_q, next_k;
+  StagedTile<float, kChunk, kChunk> next_P, next_T;
+  StagedTile<T, kChunk, kTileV> next_do;
+  auto prefetch = [&](int c) {
+    int const start = p.chunks[c], len = p.chunks[p.NC + c];
+    std::int64_t const qk0 = (std::int64_t(start) * p.Hk + kh) * K, qk_stride = std::int64_t(p.Hk) * K;
+    next_q.load(q + qk0, qk_stride, len, K);
+    next_k.load(k + qk0, qk_stride, len, K);
+    next_P.load(P_in + (std::int64_t(c) * p.Hv + j) * kChunk * kChunk, kChunk, kChunk, kChunk);
+    next_T.load(p.Ainv + (std::int64_t(start) * p.Hv + j) * kChunk, std::int64_t(p.Hv) * kChunk, len, len);
+    next_do.load(dout + (std::int64_t(start) * p.Hv + j) * V + v0, std::int64_t(p.Hv) * V, len, kTileV);
+  };
+  int const c_first = p.chunks[3 * p.NC + n], c_end = p.chunks[3 * p.NC + n + 1];
+  if (c_end > c_first) prefetch(c_end - 1);
+  for (int c = c_end - 1; c >= c_first; --c) {
+    int const start = p.chunks[c], len = p.chunks[p.NC + c];
+    store_tile(dh_out + (std::int64_t(c) * p.Hv + j) * K * V + v0, V, dh_s, kLdV, K, kTileV);
+    if (warp == 0) {
+      ChunkG const cg = chunk_cumsum(p.g, start, len, p.Hv, j);
+#pragma unroll
+      for (int h2 = 0; h2 < 2; ++h2) {
+        int const r = 2 * lane + h2;
+        bool const in = r < len;
+        std::int64_t const t = std::int64_t(start) + r;
+        float const decay = in ? expf(float(cg.G[h2])) : 0.0f;
+        float const b = in ? to_float(beta[t * p.Hv + j]) : 0.0f;
+        float const r_q = in ? p.q_rstd[t * p.Hk + kh] : 0.0f, r_k = in ? p.k_rstd[t * p.Hk + kh] : 0.0f;
+        s_rk[r] = in ? expf(float(cg.last - cg.G[h2])) * r_k : 0.0f;
+        c_q[r] = p.scale * r_q * decay;
+        c_y[r] = -r_k * b * decay;
+        beta_s[r] = b;
+      }
+      if (lane == 0) gamma_s[0] = expf(float(cg.last));
+    }
+    next_q.store(q_s, kLdK);
+    next_k.store(k_s, kLdK);
+    next_P.store(P_s, kLdL);
+    next_T.store(T_s, kLdL);
+    next_do.store(do_s, kLdV);
+    __syncthreads();
+    if (c > c_first) prefetch(c - 1);
+
+    // [64 × 64] tiles: warp w owns rows 16·(w/2).., columns 32·(w%2)..
+    int const m0 = 16 * (warp >> 1), n0 = 32 * (warp & 1);
+    {  // dv_new = Pᵀ do + diag(s · rstd_k) (k dh)
+      float x[1][4][4], d[1][4][4];
+      zero(x);
+      zero(d);
+      warp_mma<1, 4, K, !kExact, true>(
+          x, m0, n0, 8, [&](int r, int kk) { return k_s[r * kLdK + kk]; },
+          [&](int kk, int col) { return dh_s[kk * kLdV + col]; });
+      warp_mma<1, 4, kChunk, true, !kExact>(
+          d, m0, n0, 8, [&](int r, int kk) { return P_s[kk * kLdL + r]; },
+          [&](int kk, int col) { return do_s[kk * kLdV + col]; });
+#pragma unroll
+      for (int jn = 0; jn < 4; ++jn) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          int const r = m0 + g + 8 * (e >> 1), col = n0 + 8 * jn + 2 * t4 + (e & 1);
+          dvn_s[r * kLdV + col] = d[0][jn][e] + s_rk[r] * x[0][jn][e];
+        }
+      }
+    }
+    __syncthreads();
+    {  // y = Ainvᵀ dv_new; dv = β ⊙ y; the scaled operands of the dh update
+      float y[1][4][4];
+      zero(y);
+      warp_mma<1, 4, kChunk, true, true>(
+          y, m0, n0, 8, [&](int r, int kk) { return T_s[kk * kLdL + r]; },
+          [&](int kk, int col) { return dvn_s[kk * kLdV + col]; });
+#pragma unroll
+      for (int jn = 0; jn < 4; ++jn) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          int const r = m0 + g + 8 * half, col = n0 + 8 * jn + 2 * t4;
+          float const y0 = y[0][jn][2 * half], y1 = y[0][jn][2 * half + 1];
+          y_s[r * kLdV + col] = c_y[r] * y0;
+          y_s[r * kLdV + col + 1] = c_y[r] * y1;
+          if (r < len) {
+            std::int64_t const o = (std::int64_t(start + r) * p.Hv + j) * V + v0 + col;
+            y_out[o] = y0;
+            y_out[o + 1] = y1;
+            dv[o] = from_float<T>(beta_s[r] * y0);
+            dv[o + 1] = from_float<T>(beta_s[r] * y1);
+          }
+        }
+      }
+      for (int idx = tid; idx < kChunk * kTileV; idx += kThreads) {
+        int const r = idx / kTileV, col = idx % kTileV;
+        do_s[r * kLdV + col] *= c_q[r];
+      }
+    }
+    __syncthreads();
+    {  // dh ← exp(G_last) dh + qᵀ (c_q ⊙ do) + kᵀ (c_y ⊙ y): [K × 64], the warp's tiles in place
+      constexpr int kWarpsPerRow = kWarps / (K / 16), kNJ = 8 / kWarpsPerRow;
+      int const hm0 = 16 * (warp / kWarpsPerRow), hn0 = 8 * kNJ * (warp % kWarpsPerRow);
+      float const gamma = gamma_s[0];
+      float acc[1][kNJ][4];
+#pragma unroll
+      for (int jn = 0; jn < kNJ; ++jn) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          acc[0][jn][e] = gamma * dh_s[(hm0 + g + 8 * (e >> 1)) * kLdV + hn0 + 8 * jn + 2 * t4 + (e & 1)];
+        }
+      }
+      warp_mma<1, kNJ, kChunk, !kExact, true>(
+          acc, hm0, hn0, 8, [&](int r, int kk) { return q_s[kk * kLdK + r]; },
+          [&](int kk, int col) { return do_s[kk * kLdV + col]; });
+      warp_mma<1, kNJ, kChunk, !kExact, true>(
+          acc, hm0, hn0, 8, [&](int r, int kk) { return k_s[kk * kLdK + r]; },
+          [&](int kk, int col) { return y_s[kk * kLdV + col]; });
+#pragma unroll
+      for (int jn = 0; jn < kNJ; ++jn) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          dh_s[(hm0 + g + 8 * (e >> 1)) * kLdV + hn0 + 8 * jn + 2 * t4 + (e & 1)] = acc[0][jn][e];
+        }
+      }
+    }
+    __syncthreads();
+  }
+  if (p.dinitial_state) store_tile(p.dinitial_state + state, V, dh_s, kLdV, K, kTileV);
+}
+
+// Everything else of chunk c for the value heads j of key head kh, in head order, from dP = do v_newᵀ and
+// dA = −y v_newᵀ (masked), per head:
+//   dq̂ += (dP ⊙ decay) k̂ + exp(G) ⊙ (do hᵀ),
+//   dk̂ += (dP ⊙ decay)ᵀ q̂ + (B + Bᵀ) k̂ − β exp(G) ⊙ (y hᵀ) + exp(G_last − G) ⊙ (v_new dh_nextᵀ), B = β ⊙ dA ⊙ decay,
+//   dβ = Σ_j dA Â + v·y − exp(G) k̂·(y hᵀ),
+//   dG = rows − columns of (dP ⊙ P + dA ⊙ A) + the state terms, dg its reverse cumulative sum in the chunk;
+// then, with dq̂ and dk̂ summed over the group in registers, dq and dk: the scale and the l2norm backward
+// dx = rstd (dx̂ − x̂ (x̂·dx̂)), x̂ = rstd·x.
+template <typename T, int K, int V>
+__global__ void __launch_bounds__(kThreads, 1)
+    gated_delta_bwd_chunk(GatedDeltaBwdParams p, float const* P_in, float const* A_in, float const* dh_in,
+                          float const* y_in) {
+  using S = ChunkSmem<K, V>;
+  constexpr int kLdK = S::kLdK, kLdV = S::kLdV, kLdL = S::kLdL;
+  constexpr bool kExact = !std::is_same_v<T, float>;
+  constexpr bool kSplitOut = !kExact;  // products that reach only dq, dk (rounded to T)
+  constexpr int kNJ = K / 16;          // dq̂/dk̂ column tiles per warp
+  float* const sm = shared_floats();
+  float *const q_s = sm + S::q, *const k_s = sm + S::k, *const do_s = sm + S::dout, *const y_s = sm + S::y,
+               *const vn_s = sm + S::v_new, *const M1 = sm + S::R, *const Bm = M1 + kChunk * kLdL,
+               *const h_s = sm + S::R, *const dhn_s = h_s + kSlab * kLdV;
+  float *const beta_s = sm + S::beta, *const Gam = sm + S::Gam, *const s_end = sm + S::s, *const rq = sm + S::rq,
+               *const rk = sm + S::rk, *const vy = sm + S::vy, *const dot_s = sm + S::dots;
+  double* const dsm = reinterpret_cast<double*>(sm);
+  double *const G = dsm + S::G, *const rowE = dsm + S::rowE, *const rowF = dsm + S::rowF, *const colE = dsm + S::colE,
+                *const rowS = dsm + S::rowS, *const rowB = dsm + S::rowB, *const dG_s = dsm + S::dG,
+                *const last_s = dsm + S::last, *const hd_s = dsm + S::hd;
+  int const c = blockIdx.x / p.Hk, kh = blockIdx.x % p.Hk, group = p.Hv / p.Hk;
+  int const start = p.chunks[c], len = p.chunks[p.NC + c];
+  int const tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+  auto const* v = static_cast<T const*>(p.v);
+  if (warp == 0) {
+#pragma unroll
+    for (int h2 = 0; h2 < 2; ++h2) {
+      int const r = 2 * lane + h2;
+      bool const in = r < len;
+      std::int64_t const t = std::int64_t(start) + r;
+      rq[r] = in ? p.q_rstd[t * p.Hk + kh] : 0.0f;
+      rk[r] = in ? p.k_rstd[t * p.Hk + kh] : 0.0f;
+    }
+  }
+  __syncthreads();
+  std::int64_t const qk0 = (std::int64_t(start) * p.Hk + kh) * K, qk_stride = std::int64_t(p.Hk) * K;
+  float const scale = p.scale;
+  load_tile(q_s, kLdK, static_cast<T const*>(p.q) + qk0, qk_stride, kChunk, K, len, K,
+            [&](int r) { return scale * rq[r]; });
+  load_tile(k_s, kLdK, static_cast<T const*>(p.k) + qk0, qk_stride, kChunk, K, len, K, [&](int r) { return rk[r]; });
+
+  // dq̂, dk̂ [64 × K], summed over the group in registers: warp w owns rows 16·(w/2).., column tiles w%2, w%2 + 2, ..
+  int const m0 = 16 * (warp >> 1), nb = 8 * (warp & 1);
+  float dq[1][kNJ][4], dk[1][kNJ][4];
+  zero(dq);
+  zero(dk);
+  for (int jj = 0; jj < group; ++jj) {
+    int const j = kh * group + jj;
+    if (warp == 0) {
+      ChunkG const cg = chunk_cumsum(p.g, start, len, p.Hv, j);
+#pragma unroll
+      for (int h2 = 0; h2 < 2; ++h2) {
+        int const r = 2 * lane + h2;
+        bool const in = r < len;
+        std::int64_t const t = std::int64_t(start) + r;
+        G[r] = cg.G[h2];
+        beta_s[r] = in ? to_float(static_cast<T const*>(p.beta)[t * p.Hv + j]) : 0.0f;
+        Gam[r] = in ? expf(float(cg.G[h2])) : 0.0f;
+        s_end[r] = in ? expf(float(cg.last - cg.G[h2])) : 0.0f;
+      }
+    }
+    std::int64_t const tv0 = (std::int64_t(start) * p.Hv + j) * V, tv_stride = std::int64_t(p.Hv) * V;
+    load_tile(do_s, kLdV, static_cast<T const*>(p.dout) + tv0, tv_stride, kChunk, V, len, V, Unit{});
+    load_tile(y_s, kLdV, y_in + tv0, tv_stride, kChunk, V, len, V, Unit{});
+    load_tile(vn_s, kLdV, p.v_new + tv0, tv_stride, kChunk, V, len, V, Unit{});
+    __syncthreads();
+    for (int r = warp; r < kChunk; r += kWarps) {  // v·y of every row
+      float part = 0.0f;
+      if (r < len) {
+        for (int col = lane; col < V; col += 32) part += to_float(v[tv0 + r * tv_stride + col]) * y_s[r * kLdV + col];
+      }
+      part = sum_over_warp(part);
+      if (lane == 0) vy[r] = part;
+    }
+
+    float const* h_c = p.h + (std::int64_t(c) * p.Hv + j) * K * V;
+    float const* dhn_c = dh_in + (std::int64_t(c) * p.Hv + j) * K * V;
+    StagedTile<float, kSlab, V> next_h, next_dh;  // in flight from here to the first state step
+    next_h.load(h_c, V, kSlab, V);
+    next_dh.load(dhn_c, V, kSlab, V);
+
+    {  // D1 = do v_newᵀ, D2 = y v_newᵀ on [64 × 64]: warp w owns rows 16·(w/2).., columns 32·(w%2)..
+      int const n0 = 32 * (warp & 1);
+      float d1[1][4][4], d2[1][4][4];
+      zero(d1);
+      zero(d2);
+      warp_mma<1, 4, V, !kExact, true>(
+          d1, m0, n0, 8, [&](int r, int kk) { return do_s[r * kLdV + kk]; },
+          [&](int kk, int col) { return vn_s[col * kLdV + kk]; });
+      warp_mma<1, 4, V, true, true>(
+          d2, m0, n0, 8, [&](int r, int kk) { return y_s[r * kLdV + kk]; },
+          [&](int kk, int col) { return vn_s[col * kLdV + kk]; });
+      float const* P_c = P_in + (std::int64_t(c) * p.Hv + j) * kChunk * kChunk;
+      float const* A_c = A_in + (std::int64_t(c) * p.Hv + j) * kChunk * kChunk;
+      double row_e[2] = {0.0, 0.0}, row_f[2] = {0.0, 0.0}, col_e[4][2];
+#pragma unroll
+      for (int jn = 0; jn < 4; ++jn) {
+        col_e[jn][0] = col_e[jn][1] = 0.0;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          int const i = m0 + g + 8 * (e >> 1), col = n0 + 8 * jn + 2 * t4 + (e & 1);
+          float const P_ij = P_c[i * kChunk + col], A_ij = A_c[i * kChunk + col];
+          float const decay = col <= i && i < len ? expf(float(G[i] - G[col])) : 0.0f;
+          float const dA = col < i ? -d2[0][jn][e] : 0.0f;
+          M1[i * kLdL + col] = d1[0][jn][e] * decay;
+          Bm[i * kLdL + col] = beta_s[i] * dA * decay;
+          float const E = d1[0][jn][e] * P_ij + dA * beta_s[i] * A_ij;  // dP ⊙ P + dA ⊙ A
+          row_e[e >> 1] += E;
+          row_f[e >> 1] += dA * A_ij;
+          col_e[jn][e & 1] += E;
+        }
+      }
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        double const re = sum_over_quad(row_e[half]), rf = sum_over_quad(row_f[half]);
+        if (t4 == 0) {
+          rowE[(warp & 1) * kChunk + m0 + g + 8 * half] = re;
+          rowF[(warp & 1) * kChunk + m0 + g + 8 * half] = rf;
+        }
+      }
+#pragma unroll
+      for (int jn = 0; jn < 4; ++jn) {
+#pragma unroll
+        for (int b = 0; b < 2; ++b) {
+          double const ce = sum_over_rows(col_e[jn][b]);
+          if (g == 0) colE[(warp >> 1) * kChunk + n0 + 8 * jn + 2 * t4 + b] = ce;
+        }
+      }
+    }
+    __syncthreads();
+
+    warp_mma<1, kNJ, kChunk, kSplitOut, kSplitOut>(
+        dq, m0, nb, 16, [&](int r, int kk) { return M1[r * kLdL + kk]; },
+        [&](int kk, int col) { return k_s[kk * kLdK + col]; });
+    warp_mma<1, kNJ, kChunk, kSplitOut, kSplitOut>(
+        dk, m0, nb, 16, [&](int r, int kk) { return M1[kk * kLdL + r]; },
+        [&](int kk, int col) { return q_s[kk * kLdK + col]; });
+    warp_mma<1, kNJ, kChunk, kSplitOut, kSplitOut>(
+        dk, m0, nb, 16, [&](int r, int kk) { return Bm[r * kLdL + kk] + Bm[kk * kLdL + r]; },
+        [&](int kk, int col) { return k_s[kk * kLdK + col]; });
+    __syncthreads();  // the slabs below overwrite dP̃ and B
+
+    // The state terms, 32 rows of h and dh_next at a time: S1 = do hᵀ, S2 = y hᵀ, S3 = v_new dh_nextᵀ.
+    double hd = 0.0, last = 0.0, s_g[2] = {0.0, 0.0}, s_b[2] = {0.0, 0.0};
+#pragma unroll
+    for (int sb = 0; sb < K / kSlab; ++sb) {
+      // The slab's h and dh_next were loaded into registers during the previous step (the first during dP, dA).
+#pragma unroll
+      for (int u = 0; u < decltype(next_h)::kPer; ++u) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) hd += double(next_h.v[u][e] * next_dh.v[u][e]);
+      }
+      next_h.store(h_s, kLdV);
+      next_dh.store(dhn_s, kLdV);
+      __syncthreads();
+      if (sb + 1 < K / kSlab) {
+        next_h.load(h_c + (sb + 1) * kSlab * V, V, kSlab, V);
+        next_dh.load(dhn_c + (sb + 1) * kSlab * V, V, kSlab, V);
+      }
+      float s1[1][2][4], s2[1][2][4], s3[1][2][4];
+      zero(s1);
+      zero(s2);
+      zero(s3);
+      warp_mma<1, 2, V, !kExact, true>(
+          s1, m0, nb, 16, [&](int r, int kk) { return do_s[r * kLdV + kk]; },
+          [&](int kk, int col) { return h_s[col * kLdV + kk]; });
+      warp_mma<1, 2, V, true, true>(
+          s2, m0, nb, 16, [&](int r, int kk) { return y_s[r * kLdV + kk]; },
+          [&](int kk, int col) { return h_s[col * kLdV + kk]; });
+      warp_mma<1, 2, V, true, true>(
+          s3, m0, nb, 16, [&](int r, int kk) { return vn_s[r * kLdV + kk]; },
+          [&](int kk, int col) { return dhn_s[col * kLdV + kk]; });
+#pragma unroll
+      for (int j2 = 0; j2 < 2; ++j2) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          int const i = m0 + g + 8 * (e >> 1), kc = sb * kSlab + nb + 16 * j2 + 2 * t4 + (e & 1);
+          float const qv = q_s[i * kLdK + kc], kv = k_s[i * kLdK + kc];
+          float const gi = Gam[i], bgi = beta_s[i] * Gam[i], si = s_end[i];
+          float const a1 = s1[0][j2][e], a2 = s2[0][j2][e], a3 = s3[0][j2][e];
+          dq[0][2 * sb + j2][e] += gi * a1;
+          dk[0][2 * sb + j2][e] += si * a3 - bgi * a2;
+          s_g[e >> 1] += double(gi * qv * a1) - double(bgi * kv * a2) - double(si * kv * a3);
+          s_b[e >> 1] -= double(gi * kv * a2);
+          last += double(si * kv * a3);
+        }
+      }
+      __syncthreads();
+    }
+
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      double const sg = sum_over_quad(s_g[half]), sbv = sum_over_quad(s_b[half]);
+      if (t4 == 0) {
+        rowS[(warp & 1) * kChunk + m0 + g + 8 * half] = sg;
+        rowB[(warp & 1) * kChunk + m0 + g + 8 * half] = sbv;
+      }
+    }
+    last = sum_over_warp(last);
+    hd = sum_over_warp(hd);
+    if (lane == 0) {
+      last_s[warp] = last;
+      hd_s[warp] = hd;
+    }
+    __syncthreads();
+
+    if (tid < kChunk) {
+      double dG = rowE[tid] + rowE[kChunk + tid] -
+                  (colE[tid] + colE[kChunk + tid] + colE[2 * kChunk + tid] + colE[3 * kChunk + tid]) + rowS[tid] +
+                  rowS[kChunk + tid];
+      if (tid == len - 1) {  // exp(G_last) scales h_next's first term, and the to-the-end decays of every k̂
+        double l = 0.0, hh = 0.0;
+        for (int w = 0; w < kWarps; ++w) {
+          l += last_s[w];
+          hh += hd_s[w];
+        }
+        dG += l + Gam[tid] * hh;
+      }
+      dG_s[tid] = dG;
+      if (tid < len) {
+        double const db = rowF[tid] + rowF[kChunk + tid] + rowB[tid] + rowB[kChunk + tid] + vy[tid];
+        static_cast<T*>(p.dbeta)[(std::int64_t(start) + tid) * p.Hv + j] = from_float<T>(float(db));
+      }
+    }
+    __syncthreads();
+    if (tid < len) {
+      double acc = 0.0;
+      for (int i = len - 1; i >= tid; --i) acc += dG_s[i];
+      p.dg[(std::int64_t(start) + tid) * p.Hv + j] = float(acc);
+    }
+    // The next head overwrites G, β, do, y, v_new and the partial sums: everyone is done with them.
+    __syncthreads();
+  }
+
+  // dq = rstd_q (scale·dq̂ − x̂ (x̂·scale·dq̂)) with x̂ = q̂ / scale; dk likewise without the scale. The row dots: each
+  // warp's columns, then the two warps of the row in order.
+  float dot_q[2] = {0.0f, 0.0f}, dot_k[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int jq = 0; jq < kNJ; ++jq) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      int const i = m0 + g + 8 * (e >> 1), col = nb + 16 * jq + 2 * t4 + (e & 1);
+      dq[0][jq][e] *= scale;
+      dot_q[e >> 1] += q_s[i * kLdK + col] / scale * dq[0][jq][e];
+      dot_k[e >> 1] += k_s[i * kLdK + col] * dk[0][jq][e];
+    }
+  }
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    float const dq_row = sum_over_quad(dot_q[half]), dk_row = sum_over_quad(dot_k[half]);
+    if (t4 == 0) {
+      dot_s[(warp & 1) * kChunk + m0 + g + 8 * half] = dq_row;
+      dot_s[(2 + (warp & 1)) * kChunk + m0 + g + 8 * half] = dk_row;
+    }
+  }
+  __syncthreads();
+  auto* dq_out = static_cast<T*>(p.dq);
+  auto* dk_out = static_cast<T*>(p.dk);
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    int const i = m0 + g + 8 * half;
+    if (i >= len) continue;
+    float const r_q = rq[i], r_k = rk[i];
+    float const dot_qi = dot_s[i] + dot_s[kChunk + i], dot_ki = dot_s[2 * kChunk + i] + dot_s[3 * kChunk + i];
+    std::int64_t const row = (std::int64_t(start + i) * p.Hk + kh) * K;
+#pragma unroll
+    for (int jq = 0; jq < kNJ; ++jq) {
+#pragma unroll
+      for (int b = 0; b < 2; ++b) {
+        int const col = nb + 16 * jq + 2 * t4 + b;
+        float x = dq[0][jq][2 * half + b], y = dk[0][jq][2 * half + b];
+        if (p.use_qk_l2norm) {
+          x = r_q * (x - q_s[i * kLdK + col] / scale * dot_qi);
+          y = r_k * (y - k_s[i * kLdK + col] * dot_ki);
+        }
+        dq_out[row + col] = from_float<T>(x);
+        dk_out[row + col] = from_float<T>(y);
+      }
+    }
+  }
+}
+
+}  // namespace fusepack::gated_delta_bwd_detail

@@ -1,0 +1,283 @@
+// Forward of the chunked gated delta rule: the chunk table, the workspace and the launcher of the two kernels in
+// gated_delta_fwd_kernels.cuh (WY inverse per chunk, then the chunk-to-chunk recurrence). Numerical contract: fp32
+// state and accumulation; tensor-core products on bf16 parts of their operands (raw bf16 exact, fp16 as two parts,
+// fp32 as three, fp32 intermediates as two, or three for fp32 inputs), which keeps fp32-level accuracy for fp32
+// inputs and ~2^-16 relative error per product for bf16/fp16; one rounding of o to the input dtype.
+#include "kernels/common/cuda_check.h"
+#include "kernels/common/static_switch.h"
+#include "kernels/gated_delta/gated_delta.h"
+#include "kernels/gated_delta/gated_delta_fwd_kernels.cuh"
+
+#include <algorithm>
+#include <climits>
+#include <stdexcept>
+#include <string>
+
+// Head dimension K (a run-time int) → compile-time constant NAME; the fused forward covers K = 64 and 128.
+#define FUSEPACK_GATED_DELTA_K_SWITCH(k_dim, NAME, ...)                                                   \
+  [&] {                                                                                                   \
+    switch (k_dim) {                                                                                      \
+      case 64: {                                                                                          \
+        constexpr static int NAME = 64;                                                                   \
+        return __VA_ARGS__();                                                                             \
+      }                                                                                                   \
+      case 128: {                                                                                         \
+        constexpr static int NAME = 128;                                                                  \
+        return __VA_ARGS__();                                                                             \
+      }                                                                                                   \
+    }                                                                                                     \
+    throw std::invalid_argument("gated_delta forward: the fused kernels support K (q/k dimension 2) in " \
+                                "{64, 128}; got K=" +                                                     \
+                                std::to_string(k_dim));                                                   \
+  }()
+
+namespace fusepack {
+
+GatedDeltaChunkTable gated_delta_chunk_table(std::vector<std::int32_t> const& cu_seqlens) {
+  if (cu_seqlens.empty()) {
+    throw std::invalid_argument("gated_delta_chunk_table: cu_seqlens must hold N+1 >= 1 offsets; got none");
+  }
+  if (cu_seqlens[0] != 0) {
+    throw std::invalid_argument("gated_delta_chunk_table: cu_seqlens[0] must be 0; got " +
+                                std::to_string(cu_seqlens[0]));
+  }
+  int const N = static_cast<int>(cu_seqlens.size()) - 1;
+  std::int64_t nc = 0;
+  for (int n = 0; n < N; ++n) {
+    if (cu_seqlens[n + 1] < cu_seqlens[n]) {
+      throw std::invalid_argument("gated_delta_chunk_table: cu_seqlens must be non-decreasing; got cu_seqlens[" +
+                                  std::to_string(n) + "]=" + std::to_string(cu_seqlens[n]) + " > cu_seqlens[" +
+                                  std::to_string(n + 1) + "]=" + std::to_string(cu_seqlens[n + 1]));
+    }
+    nc += (std::int64_t(cu_seqlens[n + 1]) - cu_seqlens[n] + kGatedDeltaChunk - 1) / kGatedDeltaChunk;
+  }
+  GatedDeltaChunkTable table;
+  table.N = N;
+  table.NC = static_cast<int>(nc);
+  table.data.resize(3 * nc + N + 1);
+  std::int32_t* chunk_start = table.data.data();
+  std::int32_t* chunk_len = chunk_start + nc;
+  std::int32_t* chunk_example = chunk_len + nc;
+  std::int32_t* chunk_offsets = chunk_example + nc;
+  std::int32_t c = 0;
+  for (int n = 0; n < N; ++n) {
+    chunk_offsets[n] = c;
+    for (std::int32_t t = cu_seqlens[n]; t < cu_seqlens[n + 1]; t += kGatedDeltaChunk, ++c) {
+      chunk_start[c] = t;
+      chunk_len[c] = cu_seqlens[n + 1] - t < kGatedDeltaChunk ? cu_seqlens[n + 1] - t : kGatedDeltaChunk;
+      chunk_example[c] = n;
+    }
+  }
+  chunk_offsets[N] = c;
+  return table;
+}
+
+namespace {
+
+using namespace gated_delta_fwd_detail;
+
+constexpr std::size_t align256(std::size_t x) { return (x + 255) / 256 * 256; }
+
+[[noreturn]] void fail(std::string const& what) { throw std::invalid_argument("gated_delta forward: " + what); }
+
+void check_shapes(GatedDeltaFwdParams const& p) {
+  if (p.V != 64 && p.V != 128 && p.V != 256) {
+    fail("the fused kernels support V (v dimension 2) in {64, 128, 256}; got V=" + std::to_string(p.V));
+  }
+  if (p.K != 64 && p.K != 128) {
+    fail("the fused kernels support K (q/k dimension 2) in {64, 128}; got K=" + std::to_string(p.K));
+  }
+  if (p.Hk < 1 || p.Hv < p.Hk || p.Hv % p.Hk != 0) {
+    fail("the value heads Hv=" + std::to_string(p.Hv) + " must be a positive multiple of the key heads Hk=" +
+         std::to_string(p.Hk));
+  }
+  if (p.T < 0 || p.N < 0 || p.NC < 0) {
+    fail("T, N and NC must be >= 0; got T=" + std::to_string(p.T) + ", N=" + std::to_string(p.N) +
+         ", NC=" + std::to_string(p.NC));
+  }
+  if (p.T > 0 && (p.N < 1 || p.NC < 1)) {
+    fail("T=" + std::to_string(p.T) + " tokens need N >= 1 examples and NC >= 1 chunks; got N=" +
+         std::to_string(p.N) + ", NC=" + std::to_string(p.NC));
+  }
+}
+
+// Workspace: the token records [T, Hv, kRecord] fp32, then (I + A)^-1 as bf16 parts [T, Hv, parts, 64] (parts = 2
+// for bf16/fp16 runs, 3 for fp32 runs: the recurrence's tensor-core operand); each part starts on a 256-byte boundary.
+// With p.save the fp32 inverse also goes to p.Ainv for the backward.
+int ainv_parts(DType dtype) {
+  return FUSEPACK_DTYPE_SWITCH(dtype, T, [&] { return SplitPolicy<T>::kOrder + 1; });
+}
+std::size_t record_bytes(GatedDeltaFwdParams const& p) {
+  return align256(sizeof(float) * static_cast<std::size_t>(p.T) * p.Hv * kRecord);
+}
+std::size_t ainv_plane_bytes(GatedDeltaFwdParams const& p) {
+  return align256(sizeof(__nv_bfloat16) * static_cast<std::size_t>(p.T) * p.Hv * ainv_parts(p.dtype) * kChunk);
+}
+
+bool aligned16(void const* ptr) { return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0; }
+
+void check_pointers(GatedDeltaFwdParams const& p, void const* workspace) {
+  auto require = [](void const* ptr, char const* name) {
+    if (ptr == nullptr) fail(std::string(name) + " is null");
+  };
+  auto require16 = [](void const* ptr, char const* name) {
+    if (!aligned16(ptr)) fail(std::string(name) + " must be 16-byte aligned (the kernels copy 16-byte vectors)");
+  };
+  if (p.N > 0) {
+    require(p.cu_seqlens, "cu_seqlens");
+    require(p.chunks, "chunks (the device copy of GatedDeltaChunkTable::data)");
+  }
+  if (p.T > 0) {
+    require(p.q, "q");
+    require(p.k, "k");
+    require(p.v, "v");
+    require(p.g, "g");
+    require(p.beta, "beta");
+    require(p.o, "o");
+    require(workspace, "workspace");
+    require16(p.q, "q");
+    require16(p.k, "k");
+    require16(p.v, "v");
+    require16(p.o, "o");
+    require16(workspace, "workspace");
+    if (p.save) {
+      require(p.q_rstd, "q_rstd");
+      require(p.k_rstd, "k_rstd");
+      require(p.gcum, "gcum");
+      require(p.Ainv, "Ainv");
+      require(p.h, "h");
+      require(p.v_new, "v_new");
+    }
+  }
+}
+
+template <typename T, int kK>
+void launch_wy_inverse(GatedDeltaFwdParams const& p, float* rec, __nv_bfloat16* ainv, cudaStream_t stream) {
+  auto const kernel = gated_delta_fwd_wy_inverse<T, kK>;
+  constexpr std::size_t smem = WyInverseSmem<T, kK>::kBytes;
+  if constexpr (smem > 48 * 1024) {  // per call: the attribute belongs to the current device
+    FUSEPACK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             static_cast<int>(smem)));
+  }
+  std::int64_t const pairs = (p.Hv / p.Hk + 1) / 2;
+  std::int64_t const blocks = std::int64_t(p.NC) * p.Hk * pairs;
+  if (blocks > INT_MAX) {
+    fail("NC·Hk·ceil(Hv/Hk / 2) = " + std::to_string(blocks) + " blocks exceed the grid limit");
+  }
+  kernel<<<static_cast<unsigned>(blocks), kWyThreads, smem, stream>>>(p, rec, ainv);
+  FUSEPACK_CUDA_CHECK_LAUNCH();
+}
+
+// The recurrence's block shapes: kWarps warps in slabs of kKSplit warps, each slab on 16 value columns.
+struct RecurrenceShape {
+  int warps, ksplit;
+  int columns() const { return 16 * warps / ksplit; }
+};
+constexpr RecurrenceShape kRecurrenceShapes[] = {{8, 1}, {8, 2}, {4, 2}, {2, 2}};
+// A block's shared memory on Hopper (227 KB): shapes above it are neither compiled nor chosen (fp32 at K = 128 runs
+// only [2 warps, split 2]).
+constexpr std::size_t kMaxBlockSmem = 227 * 1024;
+
+template <typename T, int kK>
+std::size_t recurrence_smem(RecurrenceShape s) {
+  if (s.warps == 8) return s.ksplit == 1 ? RecurrenceSmem<T, kK, 8, 1>::kBytes : RecurrenceSmem<T, kK, 8, 2>::kBytes;
+  if (s.warps == 4) return RecurrenceSmem<T, kK, 4, 2>::kBytes;
+  return RecurrenceSmem<T, kK, 2, 2>::kBytes;
+}
+
+template <typename T, int kK, int kWarps, int kKSplit>
+void launch_recurrence_with(GatedDeltaFwdParams const& p, float const* rec, __nv_bfloat16 const* ainv,
+                            cudaStream_t stream) {
+  using Sm = RecurrenceSmem<T, kK, kWarps, kKSplit>;
+  if constexpr (Sm::kBytes <= kMaxBlockSmem) {
+    auto const kernel = gated_delta_fwd_chunk_recurrence<T, kK, kWarps, kKSplit>;
+    if constexpr (Sm::kBytes > 48 * 1024) {
+      FUSEPACK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               static_cast<int>(Sm::kBytes)));
+    }
+    std::int64_t const blocks = std::int64_t(p.N) * p.Hv * (p.V / Sm::kBV);
+    if (blocks > INT_MAX) fail("N·Hv·V/" + std::to_string(Sm::kBV) + " blocks exceed the grid limit");
+    kernel<<<static_cast<unsigned>(blocks), kWarps * 32, Sm::kBytes, stream>>>(p, rec, ainv);
+    FUSEPACK_CUDA_CHECK_LAUNCH();
+  } else {
+    throw std::logic_error("gated_delta forward: chose a recurrence shape that does not fit in shared memory");
+  }
+}
+
+// Model time of the recurrence in one block shape, in units of one warp's share of a chunk at kKSplit = 2 (u): a
+// warp alone runs a unit in ~kUnitLatency, a multiprocessor's tensor cores and issue slots take ~kUnitThroughput per
+// unit of all its resident warps (both from instruction counts; to be re-fitted to measurements). A block's chunk
+// then takes max(latency of its slowest warp, its warps' units × throughput), and the kernel waves × that. Blocks
+// per multiprocessor: as many as shared memory and registers (the kernels use up to 255 per thread) allow.
+constexpr double kUnitLatency = 1500, kUnitThroughput = 400;  // cycles, estimated
+double recurrence_model_time(RecurrenceShape s, std::int64_t blocks, int sms, std::size_t smem,
+                             std::size_t smem_per_sm) {
+  double const units = s.ksplit == 1 ? 2.0 : 1.0;
+  std::int64_t const by_smem = static_cast<std::int64_t>(smem_per_sm / (smem + 1024));  // 1 KB reserved per block
+  std::int64_t const by_regs = 65536 / (s.warps * 32 * 256);
+  std::int64_t const per_sm = std::max<std::int64_t>(1, std::min(by_smem, by_regs));
+  std::int64_t const waves = (blocks + sms * per_sm - 1) / (sms * per_sm);
+  double const chunk = std::max(units * kUnitLatency, s.warps * per_sm * units * kUnitThroughput);
+  return static_cast<double>(waves) * chunk;
+}
+
+// One block per (example, value head, tile of value columns), each sequential over the example's chunks. Among the
+// shapes that fit in shared memory, the one of least model time; ties go to wider tiles, which share each chunk's
+// q, k, Ainv loads and its P among more columns. (8 × 1024 tokens, Hv = 32: [8 warps, split 1]; 1 × 8192: [4, 2].)
+template <typename T, int kK>
+void launch_recurrence(GatedDeltaFwdParams const& p, float const* rec, __nv_bfloat16 const* ainv,
+                       cudaStream_t stream) {
+  int device = 0, sms = 0, smem_optin = 0, smem_per_sm = 0;
+  FUSEPACK_CUDA_CHECK(cudaGetDevice(&device));
+  FUSEPACK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  FUSEPACK_CUDA_CHECK(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  FUSEPACK_CUDA_CHECK(cudaDeviceGetAttribute(&smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
+  RecurrenceShape best{0, 0};
+  double best_time = 0;
+  for (RecurrenceShape const s : kRecurrenceShapes) {
+    std::size_t const smem = recurrence_smem<T, kK>(s);
+    if (p.V % s.columns() != 0 || smem > std::min<std::size_t>(smem_optin, kMaxBlockSmem)) continue;
+    std::int64_t const blocks = std::int64_t(p.N) * p.Hv * (p.V / s.columns());
+    double const time = recurrence_model_time(s, blocks, sms, smem, smem_per_sm);
+    if (best.warps == 0 || time < best_time || (time == best_time && s.columns() > best.columns())) {
+      best = s;
+      best_time = time;
+    }
+  }
+  if (best.warps == 0) {
+    throw std::runtime_error("gated_delta forward: the recurrence needs " +
+                             std::to_string(recurrence_smem<T, kK>({2, 2})) + " bytes of shared memory per block (" +
+                             dtype_name(p.dtype) + ", K=" + std::to_string(kK) + "); the device allows " +
+                             std::to_string(smem_optin));
+  }
+  if (best.warps == 8) {
+    return best.ksplit == 1 ? launch_recurrence_with<T, kK, 8, 1>(p, rec, ainv, stream)
+                            : launch_recurrence_with<T, kK, 8, 2>(p, rec, ainv, stream);
+  }
+  if (best.warps == 4) return launch_recurrence_with<T, kK, 4, 2>(p, rec, ainv, stream);
+  return launch_recurrence_with<T, kK, 2, 2>(p, rec, ainv, stream);
+}
+
+}  // namespace
+
+std::size_t gated_delta_fwd_workspace_bytes(GatedDeltaFwdParams const& p) {
+  check_shapes(p);
+  if (p.T == 0) return 0;
+  return record_bytes(p) + ainv_plane_bytes(p);
+}
+
+void run_gated_delta_fwd(GatedDeltaFwdParams const& p, void* workspace, cudaStream_t stream) {
+  check_shapes(p);
+  check_pointers(p, workspace);
+  if (p.N == 0 || (p.T == 0 && p.final_state == nullptr)) return;
+  auto* rec = static_cast<float*>(workspace);
+  auto* ainv = reinterpret_cast<__nv_bfloat16*>(static_cast<unsigned char*>(workspace) + record_bytes(p));
+  FUSEPACK_DTYPE_SWITCH(p.dtype, T, [&] {
+    FUSEPACK_GATED_DELTA_K_SWITCH(p.K, kK, [&] {
+      if (p.NC > 0) launch_wy_inverse<T, kK>(p, rec, ainv, stream);
+      launch_recurrence<T, kK>(p, rec, ainv, stream);
+    });
+  });
+}
+
+}  // namespace fusepack

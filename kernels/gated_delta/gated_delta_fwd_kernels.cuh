@@ -1,0 +1,931 @@
+// Device code of the gated delta rule forward: the split-bf16 tensor-core tile products, the WY-inverse kernel
+// (per chunk: rstd, in-chunk cumsum of g, (I + A)^-1 by forward substitution) and the chunk-recurrence kernel (per
+// example, value head and value tile: sequential over chunks, state in fp32 registers). gated_delta_fwd.cu launches.
+#pragma once
+
+#include "kernels/common/vec.cuh"
+#include "kernels/gated_delta/gated_delta.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+namespace fusepack::gated_delta_fwd_detail {
+
+constexpr int kChunk = kGatedDeltaChunk;
+static_assert(kChunk == 64, "the kernels tile a chunk as 4 × 16 rows and 8 × 8 columns");
+constexpr int kLdSq = kChunk + 8;  // row stride of fp32 [64, 64] tiles and of bf16 [64, 64] planes (ldmatrix rows
+                                   // 144 bytes apart: 8 rows on 8 distinct bank quads)
+constexpr int kPlane = kChunk * kLdSq;  // elements of one bf16 plane
+constexpr int kLdPad = 8;          // elements padding each row of a q / k / v tile (16 bytes at 16 bits)
+constexpr float kL2NormEps = 1e-6f;
+constexpr int kWyThreads = 128;    // WY-inverse kernel: 4 warps, two per value head
+
+// Per (token, value head) the WY-inverse kernel writes one record of 8 fp32 that the recurrence reads whole:
+enum Record : int {
+  kRecG,      // G_i, the inclusive cumsum of g within the chunk
+  kRecBeta,   // β_i
+  kRecA,      // e^{G_i} · rstd_k_i                 (X → Y: Y_i = β_i (v_i − kRecA · k_i·h))
+  kRecC,      // scale · rstd_q_i · e^{G_i}          (o_i += kRecC · q_i·h)
+  kRecD,      // rstd_k_i · e^{G_last − G_i}        (h_next += k_i ⊗ kRecD · v_new_i)
+  kRecSq,     // scale · rstd_q_i
+  kRecRk,     // rstd_k_i
+  kRecDecay,  // e^{G_last} of the token's chunk
+  kRecord
+};
+
+constexpr std::size_t align16(std::size_t x) { return (x + 15) / 16 * 16; }
+
+template <typename T>
+__device__ __forceinline__ Vec16<T> zero16() {
+  Vec16<T> r;
+  *reinterpret_cast<int4*>(&r) = make_int4(0, 0, 0, 0);
+  return r;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Warp-level primitives (mma.sync, ldmatrix, cp.async).
+
+// d += a · b, one m16n8k16 bf16 tile product with fp32 accumulation. Fragment layouts (g = lane / 4, t = lane % 4):
+// a[0] = A[g][2t..2t+1], a[1] = A[g+8][2t..], a[2] = A[g][2t+8..], a[3] = A[g+8][2t+8..];
+// b[0] = B[2t..2t+1][g], b[1] = B[2t+8..2t+9][g]; d[0..1] = D[g][2t..2t+1], d[2..3] = D[g+8][2t..2t+1].
+__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], std::uint32_t const (&a)[4],
+                                               std::uint32_t const (&b)[2]) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// Four 8×8 16-bit matrices: lanes 8m..8m+7 give the row addresses of matrix m; r[m] receives
+// {M_m[g][2t], M_m[g][2t+1]}.
+__device__ __forceinline__ void ldmatrix_x4(std::uint32_t (&r)[4], void const* row) {
+  auto const addr = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+
+// Four 8×8 16-bit matrices, transposed: lanes 8m..8m+7 give the row addresses of matrix m; r[m] receives
+// {M_m[2t][g], M_m[2t+1][g]}.
+__device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t (&r)[4], void const* row) {
+  auto const addr = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+
+// 16 bytes global → shared, bypassing L1; src_bytes = 0 writes zeros (rows past a chunk's end).
+__device__ __forceinline__ void cp_async16(void* smem, void const* gmem, int src_bytes) {
+  auto const addr = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(addr), "l"(gmem), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+
+// ---------------------------------------------------------------------------------------------------------------
+// Split-bf16 tile products. An fp32 operand is split into P bf16 parts (x = hi + lo [+ lo2], each the bf16 rounding
+// of what the previous parts left), and a product sums the part products a_i·b_j with i + j <= kOrder, accumulated
+// in fp32 by the tensor cores. kOrder = 1 (bf16 and fp16 inputs): relative error ~2^-16 per product, far below the
+// output's rounding step (2^-9 / 2^-12). kOrder = 2 (fp32 inputs): ~2^-24, the accuracy of fp32 arithmetic. Raw
+// inputs need no split in bf16; fp16 values are exact as two bf16 parts, fp32 values as three.
+template <typename T>
+struct SplitPolicy;
+template <>
+struct SplitPolicy<__nv_bfloat16> {
+  static constexpr int kOrder = 1, kRawParts = 1;
+};
+template <>
+struct SplitPolicy<__half> {
+  static constexpr int kOrder = 1, kRawParts = 2;
+};
+template <>
+struct SplitPolicy<float> {
+  static constexpr int kOrder = 2, kRawParts = 3;
+};
+
+__device__ __forceinline__ std::uint32_t bf16x2_bits(__nv_bfloat162 v) {
+  std::uint32_t u;
+  memcpy(&u, &v, sizeof(u));
+  return u;
+}
+
+// (x, y) → P bf16x2 words, x in the low half; x = Σ_p low(w[p]) up to the last part's rounding.
+template <int P>
+__device__ __forceinline__ void split_pair(float x, float y, std::uint32_t (&w)[P]) {
+#pragma unroll
+  for (int i = 0; i < P; ++i) {
+    __nv_bfloat162 const b = __floats2bfloat162_rn(x, y);
+    w[i] = bf16x2_bits(b);
+    if (i + 1 < P) {
+      x -= __low2float(b);
+      y -= __high2float(b);
+    }
+  }
+}
+
+// x → P bf16 parts, leading bits first.
+template <int P>
+__device__ __forceinline__ void split_one(float x, __nv_bfloat16 (&w)[P]) {
+#pragma unroll
+  for (int i = 0; i < P; ++i) {
+    w[i] = __float2bfloat16_rn(x);
+    if (i + 1 < P) x -= __bfloat162float(w[i]);
+  }
+}
+
+// e^x: expf for fp32 runs; __expf (ex2.approx, ~2^-21 relative at the |x| <= ~50 that matter) for bf16/fp16 runs,
+// whose outputs round at 2^-9 / 2^-12.
+template <typename T>
+__device__ __forceinline__ float policy_exp(float x) {
+  if constexpr (std::is_same_v<T, float>) {
+    return expf(x);
+  } else {
+    return __expf(x);
+  }
+}
+
+// Two consecutive elements of a shared-memory tile as P bf16x2 parts.
+template <typename E, int P>
+__device__ __forceinline__ void load_pair(E const* p, std::uint32_t (&w)[P]) {
+  if constexpr (std::is_same_v<E, __nv_bfloat16>) {
+    static_assert(P == 1, "bf16 values are one bf16 part");
+    w[0] = *reinterpret_cast<std::uint32_t const*>(p);
+  } else if constexpr (std::is_same_v<E, __half>) {
+    float2 const f = __half22float2(*reinterpret_cast<__half2 const*>(p));
+    split_pair<P>(f.x, f.y, w);
+  } else {
+    float2 const f = *reinterpret_cast<float2 const*>(p);
+    split_pair<P>(f.x, f.y, w);
+  }
+}
+
+// A 16-bit pair that ldmatrix delivered (elements of type E) as P bf16x2 parts.
+template <typename E, int P>
+__device__ __forceinline__ void parts_of_word(std::uint32_t u, std::uint32_t (&w)[P]) {
+  if constexpr (std::is_same_v<E, __nv_bfloat16>) {
+    static_assert(P == 1, "bf16 values are one bf16 part");
+    w[0] = u;
+  } else {
+    static_assert(std::is_same_v<E, __half>, "ldmatrix carries 16-bit elements");
+    __half2 h;
+    memcpy(&h, &u, sizeof(u));
+    float2 const f = __half22float2(h);
+    split_pair<P>(f.x, f.y, w);
+  }
+}
+
+// A fragment (rows m0..m0+15, columns k0..k0+15) of a row-major tile with row stride ld.
+template <typename E, int P>
+__device__ __forceinline__ void load_a_rows(E const* tile, int ld, int m0, int k0, int lane,
+                                            std::uint32_t (&a)[P][4]) {
+  std::uint32_t w[4][P];
+  if constexpr (sizeof(E) == 2) {
+    int const m = lane >> 3, r = lane & 7;
+    std::uint32_t q[4];
+    ldmatrix_x4(q, tile + (m0 + r + 8 * (m & 1)) * ld + k0 + 8 * (m >> 1));
+#pragma unroll
+    for (int j = 0; j < 4; ++j) parts_of_word<E, P>(q[j], w[j]);
+  } else {
+    int const g = lane >> 2, t = lane & 3;
+    E const* r0 = tile + (m0 + g) * ld + k0 + 2 * t;
+    E const* r1 = r0 + 8 * ld;
+    load_pair<E, P>(r0, w[0]);
+    load_pair<E, P>(r1, w[1]);
+    load_pair<E, P>(r0 + 8, w[2]);
+    load_pair<E, P>(r1 + 8, w[3]);
+  }
+#pragma unroll
+  for (int i = 0; i < P; ++i) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) a[i][r] = w[r][i];
+  }
+}
+
+// B fragment (k rows k0..k0+15, n columns n0..n0+7) of B[k][n] = tile[n][k] (the tile stores B's columns as rows).
+template <typename E, int P>
+__device__ __forceinline__ void load_b_cols(E const* tile, int ld, int n0, int k0, int lane,
+                                            std::uint32_t (&b)[P][2]) {
+  int const g = lane >> 2, t = lane & 3;
+  E const* r = tile + (n0 + g) * ld + k0 + 2 * t;
+  std::uint32_t w[2][P];
+  load_pair<E, P>(r, w[0]);
+  load_pair<E, P>(r + 8, w[1]);
+#pragma unroll
+  for (int i = 0; i < P; ++i) {
+    b[i][0] = w[0][i];
+    b[i][1] = w[1][i];
+  }
+}
+
+// B fragments of two neighbouring n tiles (n0..n0+7 into b0, n0+8..n0+15 into b1; k rows k0..k0+15) of
+// B[k][n] = tile[n][k]: one ldmatrix for 16-bit elements.
+template <typename E, int P>
+__device__ __forceinline__ void load_b_cols_x2(E const* tile, int ld, int n0, int k0, int lane,
+                                               std::uint32_t (&b0)[P][2], std::uint32_t (&b1)[P][2]) {
+  if constexpr (sizeof(E) == 2) {
+    int const m = lane >> 3, r = lane & 7;
+    std::uint32_t q[4];
+    ldmatrix_x4(q, tile + (n0 + r + 8 * (m >> 1)) * ld + k0 + 8 * (m & 1));
+    std::uint32_t w[4][P];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) parts_of_word<E, P>(q[j], w[j]);
+#pragma unroll
+    for (int i = 0; i < P; ++i) {
+      b0[i][0] = w[0][i];
+      b0[i][1] = w[1][i];
+      b1[i][0] = w[2][i];
+      b1[i][1] = w[3][i];
+    }
+  } else {
+    load_b_cols<E, P>(tile, ld, n0, k0, lane, b0);
+    load_b_cols<E, P>(tile, ld, n0 + 8, k0, lane, b1);
+  }
+}
+
+// The same from a matrix stored as P bf16 planes ([P][64][kLdSq], plane i holding part i of M[n][k] = B[k][n]).
+template <int P>
+__device__ __forceinline__ void load_b_planes_x2(__nv_bfloat16 const* planes, int n0, int k0, int lane,
+                                                 std::uint32_t (&b0)[P][2], std::uint32_t (&b1)[P][2]) {
+  int const m = lane >> 3, r = lane & 7;
+#pragma unroll
+  for (int i = 0; i < P; ++i) {
+    std::uint32_t q[4];
+    ldmatrix_x4(q, planes + i * kPlane + (n0 + r + 8 * (m >> 1)) * kLdSq + k0 + 8 * (m & 1));
+    b0[i][0] = q[0];
+    b0[i][1] = q[1];
+    b1[i][0] = q[2];
+    b1[i][1] = q[3];
+  }
+}
+
+// B fragments of two neighbouring n tiles (n0..n0+7 into b0, n0+8..n0+15 into b1; k rows k0..k0+15) of
+// B[k][n] = tile[k][n] (row-major B): ldmatrix.trans for 16-bit elements, element loads for fp32.
+template <typename E, int P>
+__device__ __forceinline__ void load_b_rows_x2(E const* tile, int ld, int k0, int n0, int lane,
+                                               std::uint32_t (&b0)[P][2], std::uint32_t (&b1)[P][2]) {
+  if constexpr (sizeof(E) == 2) {
+    int const m = lane >> 3, r = lane & 7;
+    std::uint32_t q[4];
+    ldmatrix_x4_trans(q, tile + (k0 + r + 8 * (m & 1)) * ld + n0 + 8 * (m >> 1));
+    std::uint32_t w[4][P];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) parts_of_word<E, P>(q[j], w[j]);
+#pragma unroll
+    for (int i = 0; i < P; ++i) {
+      b0[i][0] = w[0][i];
+      b0[i][1] = w[1][i];
+      b1[i][0] = w[2][i];
+      b1[i][1] = w[3][i];
+    }
+  } else {
+    int const g = lane >> 2, t = lane & 3;
+    E const* c = tile + (k0 + 2 * t) * ld + n0 + g;
+    std::uint32_t w[4][P];
+    split_pair<P>(c[0], c[ld], w[0]);
+    split_pair<P>(c[8 * ld], c[9 * ld], w[1]);
+    split_pair<P>(c[8], c[ld + 8], w[2]);
+    split_pair<P>(c[8 * ld + 8], c[9 * ld + 8], w[3]);
+#pragma unroll
+    for (int i = 0; i < P; ++i) {
+      b0[i][0] = w[0][i];
+      b0[i][1] = w[1][i];
+      b1[i][0] = w[2][i];
+      b1[i][1] = w[3][i];
+    }
+  }
+}
+
+// The A fragment (16 rows, k columns 16s..16s+15) of a matrix a warp holds as fp32 accumulators: the accumulator
+// tiles of columns 16s..16s+7 (c0) and 16s+8..16s+15 (c1) are exactly an A fragment's halves.
+template <int P>
+__device__ __forceinline__ void a_from_acc(float const (&c0)[4], float const (&c1)[4], std::uint32_t (&a)[P][4]) {
+  std::uint32_t w[4][P];
+  split_pair<P>(c0[0], c0[1], w[0]);
+  split_pair<P>(c0[2], c0[3], w[1]);
+  split_pair<P>(c1[0], c1[1], w[2]);
+  split_pair<P>(c1[2], c1[3], w[3]);
+#pragma unroll
+  for (int i = 0; i < P; ++i) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) a[i][r] = w[r][i];
+  }
+}
+
+// d += a · b over the part products a_i · b_j with i + j <= kOrder, smallest first. For fp32-level accuracy
+// (kOrder = 2) the parts are summed into a fresh accumulator and that is added to d by an IEEE fp32 addition: tensor
+// cores accumulate fp32 by truncation (terms aligned to the largest, lower bits dropped; Fasi et al. 2021 for earlier
+// generations), which, accumulated over the K/16 steps of a product, came to ~3× the error of plain fp32 arithmetic
+// in an emulation of that truncation, and to ≤ 1.4× with the fresh accumulator.
+template <int kOrder, int PA, int PB>
+__device__ __forceinline__ void mma_split(float (&d)[4], std::uint32_t const (&a)[PA][4],
+                                          std::uint32_t const (&b)[PB][2]) {
+  float step[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  float(&acc)[4] = kOrder >= 2 ? step : d;
+#pragma unroll
+  for (int s = kOrder; s >= 0; --s) {
+#pragma unroll
+    for (int i = 0; i < PA; ++i) {
+      if (s - i >= 0 && s - i < PB) mma_bf16_16816(acc, a[i], b[s - i]);
+    }
+  }
+  if constexpr (kOrder >= 2) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) d[e] += step[e];
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Kernel 1, one block per (chunk, key head, pair of that key head's value heads).
+
+template <typename T, int kK>
+struct WyInverseSmem {
+  static constexpr int kLdK = kK + kLdPad;
+  static constexpr std::size_t kKTile = 0;                                                  // T [64][kLdK]
+  static constexpr std::size_t kSHat = align16(kKTile + sizeof(T) * kChunk * kLdK);        // fp32 [64][kLdSq]
+  static constexpr std::size_t kA = kSHat + sizeof(float) * kChunk * kLdSq;                // fp32 [2][64][kLdSq]
+  static constexpr std::size_t kRstdK = kA + sizeof(float) * 2 * kChunk * kLdSq;           // fp32 [64]
+  static constexpr std::size_t kSq = kRstdK + sizeof(float) * kChunk;                      // fp32 [64]
+  static constexpr std::size_t kG = kSq + sizeof(float) * kChunk;                          // fp32 [2][64]
+  static constexpr std::size_t kBeta = kG + sizeof(float) * 2 * kChunk;                    // fp32 [2][64]
+  static constexpr std::size_t kBytes = kBeta + sizeof(float) * 2 * kChunk;
+};
+
+// Columns kRow0 + lane of (I + A)^-1 for a strictly lower-triangular A ([64][kLdSq] in shared memory), by forward
+// substitution down the rows: x_i = δ_i,col − Σ_{j<i} A[i][j] x_j (x_j = 0 above the column's diagonal, so the
+// columns 32..63 start at row 32). Rows i < L are written as P bf16 parts to planes[i · plane_stride + part · 64 +
+// col] and, when out is not null, in fp32 to out[i · row_stride + col]; the rest of a row is 0.
+template <int kRow0, int P>
+__device__ __forceinline__ void solve_unit_lower(float const* A, int lane, int L, float* out, std::int64_t row_stride,
+                                                 __nv_bfloat16* planes, std::int64_t plane_stride) {
+  constexpr int kN = kChunk - kRow0;
+  int const col = kRow0 + lane;
+  float x[kN];
+#pragma unroll
+  for (int i = 0; i < kN; ++i) {
+    float const* a = A + (kRow0 + i) * kLdSq + kRow0;
+    float acc = i == lane ? 1.0f : 0.0f;
+#pragma unroll
+    for (int jb = 0; jb < (i + 3) / 4; ++jb) {
+      float4 const v = *reinterpret_cast<float4 const*>(a + 4 * jb);
+      float const av[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        if (4 * jb + u < i) acc = fmaf(-av[u], x[4 * jb + u], acc);
+      }
+    }
+    x[i] = acc;
+    if (kRow0 + i < L) {
+      if (out != nullptr) out[(kRow0 + i) * row_stride + col] = acc;
+      __nv_bfloat16 w[P];
+      split_one<P>(acc, w);
+#pragma unroll
+      for (int j = 0; j < P; ++j) planes[(kRow0 + i) * plane_stride + j * kChunk + col] = w[j];
+    }
+  }
+  if constexpr (kRow0 > 0) {
+#pragma unroll
+    for (int i = 0; i < kRow0; ++i) {
+      if (i < L) {
+        if (out != nullptr) out[i * row_stride + col] = 0.0f;
+#pragma unroll
+        for (int j = 0; j < P; ++j) planes[i * plane_stride + j * kChunk + col] = __float2bfloat16_rn(0.0f);
+      }
+    }
+  }
+}
+
+// Per chunk c and key head: q_rstd, k_rstd, Ŝ = rstd_k_i rstd_k_j (k_i · k_j) (tensor cores); then per value head
+// (warps 0-1 and 2-3 each take one): G = cumsum(g) in the chunk, the token records, A[i][j] = β_i Ŝ[i][j]
+// e^{G_i − G_j} (i > j) and (I + A)^-1 as bf16 parts into ainv_planes ([T, Hv, parts, 64], row = token), and in fp32
+// into p.Ainv when p.save. Tokens past the chunk read as zeros.
+template <typename T, int kK>
+__global__ void __launch_bounds__(kWyThreads) gated_delta_fwd_wy_inverse(GatedDeltaFwdParams p, float* rec,
+                                                                         __nv_bfloat16* ainv_planes) {
+  using Sm = WyInverseSmem<T, kK>;
+  using Pol = SplitPolicy<T>;
+  constexpr int kP = Pol::kRawParts, kPF = Pol::kOrder + 1;
+  extern __shared__ __align__(16) unsigned char gd_smem[];
+  T* k_tile = reinterpret_cast<T*>(gd_smem + Sm::kKTile);
+  float* s_hat = reinterpret_cast<float*>(gd_smem + Sm::kSHat);
+  float* rstd_k = reinterpret_cast<float*>(gd_smem + Sm::kRstdK);
+  float* sq = reinterpret_cast<float*>(gd_smem + Sm::kSq);
+
+  int const tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  int const Hk = p.Hk, Hv = p.Hv, group = Hv / Hk, pairs = (group + 1) / 2;
+  std::int64_t bid = blockIdx.x;
+  int const pair = static_cast<int>(bid % pairs);
+  bid /= pairs;
+  int const hk = static_cast<int>(bid % Hk);
+  int const c = static_cast<int>(bid / Hk);
+  std::int64_t const start = p.chunks[c];
+  int const L = p.chunks[p.NC + c];
+
+  // q and k rows, 16 bytes per thread per step; a row's sum of squares reduces over the kVecs lanes that hold it.
+  {
+    constexpr int kVecN = 16 / sizeof(T), kVecs = kK / kVecN, kIters = kChunk * kVecs / kWyThreads;
+    static_assert(kVecs <= 32 && 32 % kVecs == 0, "a row's vectors must sit in one warp");
+    auto const* q = static_cast<T const*>(p.q);
+    auto const* k = static_cast<T const*>(p.k);
+#pragma unroll
+    for (int it = 0; it < kIters; ++it) {
+      int const idx = tid + it * kWyThreads, r = idx / kVecs, cv = idx % kVecs;
+      Vec16<T> qv = zero16<T>(), kv = zero16<T>();
+      if (r < L) {
+        std::int64_t const off = ((start + r) * Hk + hk) * kK + cv * kVecN;
+        qv = load16(q + off);
+        kv = load16(k + off);
+      }
+      store16(k_tile + r * Sm::kLdK + cv * kVecN, kv);
+      float ssq = 0.0f, ssk = 0.0f;
+#pragma unroll
+      for (int e = 0; e < kVecN; ++e) {
+        float const qe = to_float(qv.v[e]), ke = to_float(kv.v[e]);
+        ssq = fmaf(qe, qe, ssq);
+        ssk = fmaf(ke, ke, ssk);
+      }
+#pragma unroll
+      for (int off = kVecs / 2; off > 0; off /= 2) {
+        ssq += __shfl_xor_sync(0xffffffffu, ssq, off);
+        ssk += __shfl_xor_sync(0xffffffffu, ssk, off);
+      }
+      if (cv == 0) {
+        float rq = 0.0f, rk = 0.0f;  // rows past the chunk: 0, so nothing there is ever scaled up
+        if (r < L) {
+          rq = p.use_qk_l2norm ? 1.0f / sqrtf(ssq + kL2NormEps) : 1.0f;
+          rk = p.use_qk_l2norm ? 1.0f / sqrtf(ssk + kL2NormEps) : 1.0f;
+          if (p.save && pair == 0) {
+            p.q_rstd[(start + r) * Hk + hk] = rq;
+            p.k_rstd[(start + r) * Hk + hk] = rk;
+          }
+        }
+        rstd_k[r] = rk;
+        sq[r] = p.scale * rq;
+      }
+    }
+  }
+  __syncthreads();
+
+  // Ŝ, rows 16·warp.. of the warp; only j < i is read later, so tiles above the diagonal are skipped.
+  {
+    int const m0 = warp * 16, g = lane >> 2, t = lane & 3;
+    float acc[8][4] = {};
+#pragma unroll
+    for (int ks = 0; ks < kK / 16; ++ks) {
+      std::uint32_t a[kP][4];
+      load_a_rows<T, kP>(k_tile, Sm::kLdK, m0, 16 * ks, lane, a);
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+        if (8 * nt < m0 + 16) {
+          std::uint32_t b[kP][2];
+          load_b_cols<T, kP>(k_tile, Sm::kLdK, 8 * nt, 16 * ks, lane, b);
+          mma_split<Pol::kOrder>(acc[nt], a, b);
+        }
+      }
+    }
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        int const i = m0 + g + 8 * (e >> 1), j = 8 * nt + 2 * t + (e & 1);
+        s_hat[i * kLdSq + j] = rstd_k[i] * rstd_k[j] * acc[nt][e];
+      }
+    }
+  }
+
+  int const slot = warp >> 1, hv_local = 2 * pair + slot;
+  bool const active = hv_local < group;  // an odd group leaves the last block's second pair of warps idle
+  int const hv = hk * group + hv_local;
+  float* G = reinterpret_cast<float*>(gd_smem + Sm::kG) + slot * kChunk;
+  float* beta_s = reinterpret_cast<float*>(gd_smem + Sm::kBeta) + slot * kChunk;
+  float* A = reinterpret_cast<float*>(gd_smem + Sm::kA) + slot * kChunk * kLdSq;
+
+  // G by a sequential fp32 cumsum: a tree scan rounds neighbouring partial sums along different paths, and the
+  // differences G_i − G_j that the kernels exponentiate then carry several ulps of |G| (~3× the error of plain fp32
+  // in emulation at |G| ≈ 45) instead of one.
+  if (active && (warp & 1) == 0) {
+    auto const* beta = static_cast<T const*>(p.beta);
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      int const i = lane + 32 * u;
+      G[i] = i < L ? p.g[(start + i) * Hv + hv] : 0.0f;
+      beta_s[i] = i < L ? to_float(beta[(start + i) * Hv + hv]) : 0.0f;
+    }
+    __syncwarp();
+    if (lane == 0) {  // in registers: 64 dependent adds, no shared-memory round trip per step
+      float4* G4 = reinterpret_cast<float4*>(G);
+      float gv[kChunk];
+#pragma unroll
+      for (int i = 0; i < kChunk / 4; ++i) {
+        float4 const v4 = G4[i];
+        gv[4 * i] = v4.x;
+        gv[4 * i + 1] = v4.y;
+        gv[4 * i + 2] = v4.z;
+        gv[4 * i + 3] = v4.w;
+      }
+#pragma unroll
+      for (int i = 1; i < kChunk; ++i) gv[i] += gv[i - 1];
+#pragma unroll
+      for (int i = 0; i < kChunk / 4; ++i) G4[i] = make_float4(gv[4 * i], gv[4 * i + 1], gv[4 * i + 2], gv[4 * i + 3]);
+    }
+  }
+  __syncthreads();
+
+  if (active) {
+    int const ts = tid & 63;  // this thread's token (records) and column (A) within the value head's two warps
+    if (ts < L) {
+      float const Gi = G[ts], GL = G[L - 1], rk = rstd_k[ts], sqi = sq[ts];
+      float const eG = policy_exp<T>(Gi);
+      float4 const r0 = make_float4(Gi, beta_s[ts], eG * rk, sqi * eG);
+      float4 const r1 = make_float4(rk * policy_exp<T>(GL - Gi), sqi, rk, policy_exp<T>(GL));
+      float4* dst = reinterpret_cast<float4*>(rec + ((start + ts) * Hv + hv) * kRecord);
+      dst[0] = r0;
+      dst[1] = r1;
+      if (p.save) p.gcum[(start + ts) * Hv + hv] = Gi;
+    }
+    // exp(G_i − G_j) only for j < i < L: a difference of two partial sums of one chunk, never e^{G_i}·e^{−G_j}.
+    float const Gj = G[ts];
+#pragma unroll 4
+    for (int i = 0; i < kChunk; ++i) {
+      float a = 0.0f;
+      if (ts < i && i < L) a = beta_s[i] * s_hat[i * kLdSq + ts] * policy_exp<T>(G[i] - Gj);
+      A[i * kLdSq + ts] = a;
+    }
+  }
+  __syncthreads();
+
+  if (active) {
+    float* out = p.save ? p.Ainv + (start * Hv + hv) * kChunk : nullptr;
+    __nv_bfloat16* planes = ainv_planes + (start * Hv + hv) * kPF * kChunk;
+    std::int64_t const row_stride = std::int64_t(Hv) * kChunk, plane_stride = row_stride * kPF;
+    if ((warp & 1) == 0) {
+      solve_unit_lower<0, kPF>(A, lane, L, out, row_stride, planes, plane_stride);
+    } else {
+      solve_unit_lower<32, kPF>(A, lane, L, out, row_stride, planes, plane_stride);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Kernel 2, one block per (example, value head, tile of 16·kWarps/kKSplit value columns). The block's warps form
+// slabs of kKSplit warps; a slab owns 16 value columns and keeps the transposed state hᵀ [16, K] of its columns in
+// fp32 registers as accumulator tiles, each of its warps holding K/kKSplit of the K columns. kKSplit = 2 halves each
+// warp's share of a chunk (for few, long examples, where the chunk-to-chunk chain is the whole time): the two warps
+// add their halves of (k h)ᵀ and (q h)ᵀ through shared memory; the first computes v_new, the second o, and both
+// update their half of the state.
+
+template <typename T, int kK, int kWarps, int kKSplit>
+struct RecurrenceSmem {
+  static constexpr int kParts = SplitPolicy<T>::kOrder + 1;  // bf16 planes of Ainv and P
+  static constexpr int kSlabs = kWarps / kKSplit;
+  static constexpr int kBV = 16 * kSlabs;
+  static constexpr int kLdK = kK + kLdPad;
+  static constexpr int kLdV = kBV + kLdPad;
+  static constexpr int kTileFloats = 16 * kChunk;  // one [16 columns, 64 tokens] accumulator tile set of a warp
+  static constexpr std::size_t kKTile = 0;                                           // T [64][kLdK]
+  static constexpr std::size_t kQTile = kKTile + sizeof(T) * kChunk * kLdK;         // T [64][kLdK]
+  static constexpr std::size_t kVTile = kQTile + sizeof(T) * kChunk * kLdK;         // T [64][kLdV]: v, then o
+  static constexpr std::size_t kPlanes = align16(kVTile + sizeof(T) * kChunk * kLdV);  // bf16 [parts][64][kLdSq]:
+                                                                                     // Ainv, then P
+  static constexpr std::size_t kRec = kPlanes + 2 * kParts * kPlane;               // fp32 [64][kRecord]
+  static constexpr std::size_t kStage = kRec + sizeof(float) * kChunk * kRecord;   // one chunk's inputs
+  static constexpr std::size_t kExchange = 2 * kStage;  // kKSplit = 2: fp32 [slabs][3][kTileFloats] (X, Z, v_new)
+  static constexpr std::size_t kBytes = kExchange + (kKSplit == 2 ? sizeof(float) * kSlabs * 3 * kTileFloats : 0);
+};
+
+// A warp's [16, 64] accumulator tiles to / from shared memory, in their register order (lane-contiguous: no bank
+// conflicts, and the partner warp of the slab holds the same elements in the same registers).
+__device__ __forceinline__ void tiles_to_smem(float const (&x)[8][4], float* buf, int lane) {
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) buf[(nt * 4 + e) * 32 + lane] = x[nt][e];
+  }
+}
+__device__ __forceinline__ void tiles_add_smem(float (&x)[8][4], float const* buf, int lane) {
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) x[nt][e] += buf[(nt * 4 + e) * 32 + lane];
+  }
+}
+
+// Per chunk, with h the state entering it (k, q, v rows of the chunk; X, Z, Y, v_new, o as [16 columns, 64 tokens]
+// accumulator tiles of each warp):
+//   X = (k h)ᵀ, Z = (q h)ᵀ; Y_i = β_i (v_i − e^{G_i} rstd_k_i X_i); v_new = Ainv Y;
+//   o = scale rstd_q e^{G} (q h) + P v_new, P[i][j] = scale rstd_q_i rstd_k_j (q_i·k_j) e^{G_i − G_j} (j <= i);
+//   hᵀ ← e^{G_last} hᵀ + (rstd_k e^{G_last − G} ⊙ v_new)ᵀ k.
+// The next chunk's inputs stream into the other stage (cp.async) while this one computes.
+template <typename T, int kK, int kWarps, int kKSplit>
+__global__ void __launch_bounds__(kWarps * 32, 1)
+    gated_delta_fwd_chunk_recurrence(GatedDeltaFwdParams p, float const* rec, __nv_bfloat16 const* ainv_planes) {
+  using Sm = RecurrenceSmem<T, kK, kWarps, kKSplit>;
+  using Pol = SplitPolicy<T>;
+  static_assert(kKSplit == 1 || kKSplit == 2, "a slab is one or two warps");
+  constexpr int kThreads = kWarps * 32, kBV = Sm::kBV, kKW = kK / kKSplit;  // state columns of a warp
+  constexpr int kStateTiles = kKW / 8;
+  constexpr int kPF = Pol::kOrder + 1, kPR = Pol::kRawParts;  // parts of an fp32 operand, of an input element
+  constexpr int kVecN = 16 / sizeof(T);
+  extern __shared__ __align__(16) unsigned char gd_smem[];
+
+  int const tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  int const slab = warp / kKSplit, kh = warp % kKSplit;
+  bool const does_v_new = kh == 0, does_o = kh == kKSplit - 1;  // the same warp when kKSplit = 1
+  int const Hk = p.Hk, Hv = p.Hv, V = p.V, tiles = V / kBV;
+  std::int64_t bid = blockIdx.x;
+  int const vtile = static_cast<int>(bid % tiles);
+  bid /= tiles;
+  int const hv = static_cast<int>(bid % Hv);
+  int const n = static_cast<int>(bid / Hv);
+  int const hk = hv / (Hv / Hk);
+  int const v0 = vtile * kBV;  // first value column of the block
+  int const wc = 16 * slab;    // the slab's columns within the block's tile
+  int const d0 = kh * kKW;     // the warp's first state column (key dimension)
+  std::int64_t const bos = p.cu_seqlens[n], eos = p.cu_seqlens[n + 1];
+  int const chunks = static_cast<int>((eos - bos + kChunk - 1) / kChunk);
+  int const chunk0 = p.chunks[3 * p.NC + n];
+  auto const* k = static_cast<T const*>(p.k);
+  auto const* q = static_cast<T const*>(p.q);
+  auto const* v = static_cast<T const*>(p.v);
+  auto* o = static_cast<T*>(p.o);
+  float* exchange = reinterpret_cast<float*>(gd_smem + Sm::kExchange) + slab * 3 * Sm::kTileFloats;
+
+  // hᵀ[v0 + wc + g + 8·(e>>1)][d0 + 8·nt + 2t + (e&1)] in h[nt][e]; state tensors are [.., K, V].
+  float h[kStateTiles][4];
+  std::int64_t const state_off = (std::int64_t(n) * Hv + hv) * kK * V + v0 + wc + g;
+#pragma unroll
+  for (int nt = 0; nt < kStateTiles; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      int const d = d0 + 8 * nt + 2 * t + (e & 1), vr = 8 * (e >> 1);
+      h[nt][e] = p.initial_state != nullptr ? p.initial_state[state_off + std::int64_t(d) * V + vr] : 0.0f;
+    }
+  }
+
+  // Chunk `it` of the example into stage s: q, k rows, the block's v columns, Ainv planes and records (zeros past L).
+  auto issue = [&](int it, int s) {
+    unsigned char* base = gd_smem + s * Sm::kStage;
+    std::int64_t const t0 = bos + std::int64_t(it) * kChunk;
+    int const L = static_cast<int>(eos - t0 < kChunk ? eos - t0 : kChunk);
+    constexpr int kRowVecs = kK / kVecN;
+    for (int idx = tid; idx < kChunk * kRowVecs; idx += kThreads) {
+      int const r = idx / kRowVecs, cv = idx % kRowVecs;
+      bool const in = r < L;
+      std::int64_t const off = in ? ((t0 + r) * Hk + hk) * kK + cv * kVecN : 0;
+      cp_async16(base + Sm::kKTile + sizeof(T) * (r * Sm::kLdK + cv * kVecN), k + off, in ? 16 : 0);
+      cp_async16(base + Sm::kQTile + sizeof(T) * (r * Sm::kLdK + cv * kVecN), q + off, in ? 16 : 0);
+    }
+    constexpr int kVVecs = kBV / kVecN;
+    for (int idx = tid; idx < kChunk * kVVecs; idx += kThreads) {
+      int const r = idx / kVVecs, cv = idx % kVVecs;
+      bool const in = r < L;
+      std::int64_t const off = in ? ((t0 + r) * Hv + hv) * V + v0 + cv * kVecN : 0;
+      cp_async16(base + Sm::kVTile + sizeof(T) * (r * Sm::kLdV + cv * kVecN), v + off, in ? 16 : 0);
+    }
+    constexpr int kPlaneVecs = kChunk / 8;  // 16-byte vectors per row of a plane
+    for (int idx = tid; idx < kChunk * kPF * kPlaneVecs; idx += kThreads) {
+      int const r = idx / (kPF * kPlaneVecs), pc = idx % (kPF * kPlaneVecs), part = pc / kPlaneVecs,
+                cv = pc % kPlaneVecs;
+      bool const in = r < L;
+      std::int64_t const off = in ? (((t0 + r) * Hv + hv) * kPF + part) * kChunk + 8 * cv : 0;
+      cp_async16(base + Sm::kPlanes + 2 * (part * kPlane + r * kLdSq + 8 * cv), ainv_planes + off, in ? 16 : 0);
+    }
+    for (int idx = tid; idx < kChunk * (kRecord / 4); idx += kThreads) {
+      int const r = idx / (kRecord / 4), cv = idx % (kRecord / 4);
+      bool const in = r < L;
+      std::int64_t const off = in ? ((t0 + r) * Hv + hv) * kRecord + 4 * cv : 0;
+      cp_async16(base + Sm::kRec + sizeof(float) * (r * kRecord + 4 * cv), rec + off, in ? 16 : 0);
+    }
+  };
+
+  if (chunks > 0) issue(0, 0);
+  cp_async_commit();
+  for (int it = 0; it < chunks; ++it) {
+    int const s = it & 1;
+    cp_async_wait_all();
+    __syncthreads();  // stage s has landed for every thread; every read of stage s^1 (the previous chunk) is done
+    if (it + 1 < chunks) issue(it + 1, s ^ 1);
+    cp_async_commit();
+
+    unsigned char* base = gd_smem + s * Sm::kStage;
+    T const* k_tile = reinterpret_cast<T const*>(base + Sm::kKTile);
+    T const* q_tile = reinterpret_cast<T const*>(base + Sm::kQTile);
+    T* v_tile = reinterpret_cast<T*>(base + Sm::kVTile);
+    __nv_bfloat16* planes = reinterpret_cast<__nv_bfloat16*>(base + Sm::kPlanes);
+    float const* rec_tile = reinterpret_cast<float const*>(base + Sm::kRec);
+    std::int64_t const t0 = bos + std::int64_t(it) * kChunk;
+    int const L = static_cast<int>(eos - t0 < kChunk ? eos - t0 : kChunk);
+
+    if (p.save) {  // the state entering the chunk
+      std::int64_t const h_off = (std::int64_t(chunk0 + it) * Hv + hv) * kK * V + v0 + wc + g;
+#pragma unroll
+      for (int nt = 0; nt < kStateTiles; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          int const d = d0 + 8 * nt + 2 * t + (e & 1), vr = 8 * (e >> 1);
+          p.h[h_off + std::int64_t(d) * V + vr] = h[nt][e];
+        }
+      }
+    }
+
+    // X = (k h)ᵀ and Z = (q h)ᵀ over the warp's state columns: A = the state slab, B = the raw k / q rows; token
+    // tiles past L are all zero.
+    float x[8][4] = {}, z[8][4] = {};
+#pragma unroll
+    for (int ks = 0; ks < kKW / 16; ++ks) {
+      std::uint32_t a[kPF][4];
+      a_from_acc<kPF>(h[2 * ks], h[2 * ks + 1], a);
+#pragma unroll
+      for (int np = 0; np < 4; ++np) {
+        if (16 * np < L) {
+          std::uint32_t b0[kPR][2], b1[kPR][2];
+          load_b_cols_x2<T, kPR>(k_tile, Sm::kLdK, 16 * np, d0 + 16 * ks, lane, b0, b1);
+          mma_split<Pol::kOrder>(x[2 * np], a, b0);
+          mma_split<Pol::kOrder>(x[2 * np + 1], a, b1);
+          load_b_cols_x2<T, kPR>(q_tile, Sm::kLdK, 16 * np, d0 + 16 * ks, lane, b0, b1);
+          mma_split<Pol::kOrder>(z[2 * np], a, b0);
+          mma_split<Pol::kOrder>(z[2 * np + 1], a, b1);
+        }
+      }
+    }
+    if constexpr (kKSplit == 2) {  // X to the first warp of the slab, Z to the second: X = X_0 + X_1, Z = Z_0 + Z_1
+      if (does_v_new) {
+        tiles_to_smem(z, exchange + Sm::kTileFloats, lane);
+      } else {
+        tiles_to_smem(x, exchange, lane);
+      }
+      __syncthreads();
+      if (does_v_new) {
+        tiles_add_smem(x, exchange, lane);
+      } else {
+        tiles_add_smem(z, exchange + Sm::kTileFloats, lane);
+      }
+    }
+
+    // Y_i = β_i (v_i − e^{G_i} rstd_k_i X_i) in place of X; v_new = Ainv Y, i.e. v_newᵀ = Yᵀ Ainvᵀ.
+    float vn[8][4] = {};
+    if (does_v_new) {
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          int const i = 8 * nt + 2 * t + (e & 1), col = wc + g + 8 * (e >> 1);
+          float const* ri = rec_tile + i * kRecord;
+          x[nt][e] = ri[kRecBeta] * (to_float(v_tile[i * Sm::kLdV + col]) - ri[kRecA] * x[nt][e]);
+        }
+      }
+#pragma unroll
+      for (int ks = 0; ks < 4; ++ks) {
+        std::uint32_t a[kPF][4];
+        a_from_acc<kPF>(x[2 * ks], x[2 * ks + 1], a);
+#pragma unroll
+        for (int np = ks; np < 4; ++np) {  // Ainv is lower-triangular: tokens 16np.. need j = 16ks.. for ks <= np
+          std::uint32_t b0[kPF][2], b1[kPF][2];
+          load_b_planes_x2<kPF>(planes, 16 * np, 16 * ks, lane, b0, b1);
+          mma_split<Pol::kOrder>(vn[2 * np], a, b0);
+          mma_split<Pol::kOrder>(vn[2 * np + 1], a, b1);
+        }
+      }
+      if constexpr (kKSplit == 2) tiles_to_smem(vn, exchange + 2 * Sm::kTileFloats, lane);
+      if (p.save) {
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            int const i = 8 * nt + 2 * t + (e & 1), col = v0 + wc + g + 8 * (e >> 1);
+            if (i < L) p.v_new[((t0 + i) * Hv + hv) * V + col] = vn[nt][e];
+          }
+        }
+      }
+    }
+    __syncthreads();  // every warp is done with Ainv and with its v columns; v_new is in the exchange
+
+    // P[i][j] = scale rstd_q_i rstd_k_j (q_i · k_j) e^{G_i − G_j} for j <= i < L, else 0, over the Ainv planes:
+    // 32 tiles of 16×8 shared among the warps.
+    {
+      constexpr int kTilesPerWarp = 32 / kWarps;
+#pragma unroll
+      for (int u = 0; u < kTilesPerWarp; ++u) {
+        int const tile = warp * kTilesPerWarp + u, mt = tile >> 3, nt = tile & 7;
+        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (8 * nt < 16 * mt + 16 && 8 * nt < L) {
+#pragma unroll
+          for (int ks = 0; ks < kK / 16; ++ks) {
+            std::uint32_t a[kPR][4], b[kPR][2];
+            load_a_rows<T, kPR>(q_tile, Sm::kLdK, 16 * mt, 16 * ks, lane, a);
+            load_b_cols<T, kPR>(k_tile, Sm::kLdK, 8 * nt, 16 * ks, lane, b);
+            mma_split<Pol::kOrder>(acc, a, b);
+          }
+        }
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {  // rows g and g + 8 of the tile, columns 2t, 2t + 1
+          int const i = 16 * mt + g + 8 * hr, j = 8 * nt + 2 * t;
+          float val[2] = {0.0f, 0.0f};
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            if (j + c <= i && i < L) {
+              float const* ri = rec_tile + i * kRecord;
+              float const* rj = rec_tile + (j + c) * kRecord;
+              val[c] = ri[kRecSq] * rj[kRecRk] * acc[2 * hr + c] * policy_exp<T>(ri[kRecG] - rj[kRecG]);
+            }
+          }
+          std::uint32_t w[kPF];
+          split_pair<kPF>(val[0], val[1], w);
+#pragma unroll
+          for (int part = 0; part < kPF; ++part) {
+            *reinterpret_cast<std::uint32_t*>(planes + part * kPlane + i * kLdSq + j) = w[part];
+          }
+        }
+      }
+    }
+    __syncthreads();  // P complete
+    if constexpr (kKSplit == 2) {
+      if (!does_v_new) tiles_add_smem(vn, exchange + 2 * Sm::kTileFloats, lane);  // vn was zero
+    }
+
+    // o = scale rstd_q e^{G} (q h) + P v_new, staged in the slab's own v columns.
+    if (does_o) {
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) z[nt][e] *= rec_tile[(8 * nt + 2 * t + (e & 1)) * kRecord + kRecC];
+      }
+#pragma unroll
+      for (int ks = 0; ks < 4; ++ks) {
+        std::uint32_t a[kPF][4];
+        a_from_acc<kPF>(vn[2 * ks], vn[2 * ks + 1], a);
+#pragma unroll
+        for (int np = ks; np < 4; ++np) {  // P is lower-triangular
+          std::uint32_t b0[kPF][2], b1[kPF][2];
+          load_b_planes_x2<kPF>(planes, 16 * np, 16 * ks, lane, b0, b1);
+          mma_split<Pol::kOrder>(z[2 * np], a, b0);
+          mma_split<Pol::kOrder>(z[2 * np + 1], a, b1);
+        }
+      }
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          int const i = 8 * nt + 2 * t + (e & 1), col = wc + g + 8 * (e >> 1);
+          v_tile[i * Sm::kLdV + col] = from_float<T>(z[nt][e]);
+        }
+      }
+    }
+
+    // hᵀ ← e^{G_last} hᵀ + (rstd_k e^{G_last − G} ⊙ v_new)ᵀ k, each warp over its state columns.
+    float const decay = rec_tile[kRecDecay];
+#pragma unroll
+    for (int nt = 0; nt < kStateTiles; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) h[nt][e] *= decay;
+    }
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) vn[nt][e] *= rec_tile[(8 * nt + 2 * t + (e & 1)) * kRecord + kRecD];
+    }
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) {
+      if (16 * ks < L) {
+        std::uint32_t a[kPF][4];
+        a_from_acc<kPF>(vn[2 * ks], vn[2 * ks + 1], a);
+#pragma unroll
+        for (int np = 0; np < kStateTiles / 2; ++np) {
+          std::uint32_t b0[kPR][2], b1[kPR][2];
+          load_b_rows_x2<T, kPR>(k_tile, Sm::kLdK, 16 * ks, d0 + 16 * np, lane, b0, b1);
+          mma_split<Pol::kOrder>(h[2 * np], a, b0);
+          mma_split<Pol::kOrder>(h[2 * np + 1], a, b1);
+        }
+      }
+    }
+    __syncthreads();  // the o tile is complete
+
+    constexpr int kVVecs = kBV / kVecN;
+    for (int idx = tid; idx < kChunk * kVVecs; idx += kThreads) {
+      int const r = idx / kVVecs, cv = idx % kVVecs;
+      if (r < L) {
+        store16(o + ((t0 + r) * Hv + hv) * V + v0 + cv * kVecN,
+                *reinterpret_cast<Vec16<T> const*>(v_tile + r * Sm::kLdV + cv * kVecN));
+      }
+    }
+  }
+
+  if (p.final_state != nullptr) {
+#pragma unroll
+    for (int nt = 0; nt < kStateTiles; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        int const d = d0 + 8 * nt + 2 * t + (e & 1), vr = 8 * (e >> 1);
+        p.final_state[state_off + std::int64_t(d) * V + vr] = h[nt][e];
+      }
+    }
+  }
+}
+
+}  // namespace fusepack::gated_delta_fwd_detail

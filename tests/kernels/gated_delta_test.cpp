@@ -1,0 +1,602 @@
+// gated_delta on both backends: the composite (chunked ATen) on the CPU against the fp64 naive-recurrence reference
+// in fp64 and fp32, o, final_state and every gradient; the fused kernels against the reference under DESIGN section 5
+// with the composite in the same dtype as baseline (suites *Fused*: labels kernels + gpu), the no-leak perturbation
+// property and bitwise determinism of the fused backward on the GPU; T = 0; bad input.
+#include "kernels/ops/gated_delta.h"
+#include "reference/gated_delta.h"
+
+#include "tests/support/env.h"
+#include "tests/support/expect.h"
+#include "tests/support/random.h"
+#include "tests/support/torch_bridge.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <ATen/core/grad_mode.h>
+#include <torch/csrc/autograd/autograd.h>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <ostream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace fusepack::test {
+namespace {
+
+using ops::Backend;
+using ref::Tensor;
+
+struct GatedDeltaCase {
+  std::string name;
+  std::vector<int> lengths;  // packed examples, zeros allowed; empty = 200 random examples of 1..3 tokens
+  int64_t Hk, Hv, K, V;
+  bool use_qk_l2norm = true;
+  bool initial_state = false;
+  bool final_state = false;  // output_final_state; the loss then also reads it, with a random dfinal_state
+  double g_min = -0.05;      // g uniform in [g_min, 0]
+  bool full_only = false;    // the fp64 reference is too slow for the smoke level
+};
+void PrintTo(GatedDeltaCase const& c, std::ostream* os) { *os << c.name; }
+
+std::vector<int> repeated_lengths(int count, int max_len) {  // 1, 2, ..., max_len, 1, 2, ...
+  std::vector<int> lengths(count);
+  for (int i = 0; i < count; ++i) lengths[i] = 1 + i % max_len;
+  return lengths;
+}
+
+// Inputs drawn in fp64 and rounded to what the op receives (q, k, v, beta, dout in the run's dtype; g, the states and
+// dfinal_state in fp32, or fp64 for fp64 runs), so the reference sees exactly the kernel's inputs. As the model feeds
+// the op: β = sigmoid(b) in (0, 1), g <= 0. The default g >= −0.05 keeps exp(ΣG) over a 64-token chunk near 0.2, so
+// the state carried from chunk to chunk and from the initial state stays visible in o; without l2 norm q and k have
+// stddev K^−1/2 (unit expected norm), so I − β k kᵀ does not blow the state up.
+struct GatedDeltaInputs {
+  std::vector<int32_t> cu;
+  Tensor q, k, v, g, beta, initial_state, dout, dfinal_state;  // initial_state, dfinal_state undefined when unused
+  double scale = 1;
+};
+
+GatedDeltaInputs draw(GatedDeltaCase const& c, Dtype dtype, std::mt19937_64& rng) {
+  GatedDeltaInputs in;
+  std::vector<int> const lengths = c.lengths.empty() ? random_lengths(rng, 200, 1, 3) : c.lengths;
+  in.cu = cu_seqlens_from_lengths(lengths);
+  int64_t const T = in.cu.back(), N = static_cast<int64_t>(lengths.size());
+  double const qk_std = c.use_qk_l2norm ? 1.0 : 1.0 / std::sqrt(static_cast<double>(c.K));
+  in.q = randn({T, c.Hk, c.K}, rng, qk_std);
+  in.k = randn({T, c.Hk, c.K}, rng, qk_std);
+  in.v = randn({T, c.Hv, c.V}, rng);
+  in.g = uniform({T, c.Hv}, rng, c.g_min, 0.0);
+  in.beta = uniform({T, c.Hv}, rng, 0.0, 1.0);
+  in.dout = randn({T, c.Hv, c.V}, rng);
+  if (c.initial_state) in.initial_state = randn({N, c.Hv, c.K, c.V}, rng, 0.5);
+  if (c.final_state) in.dfinal_state = randn({N, c.Hv, c.K, c.V}, rng);
+  in.scale = 1.0 / std::sqrt(static_cast<double>(c.K));
+  Dtype const state = dtype == Dtype::kF64 ? Dtype::kF64 : Dtype::kF32;
+  for (Tensor* t : {&in.q, &in.k, &in.v, &in.beta, &in.dout}) round_to(dtype, *t);
+  for (Tensor* t : {&in.g, &in.initial_state, &in.dfinal_state}) {
+    if (t->defined()) round_to(state, *t);
+  }
+  return in;
+}
+
+struct DeviceInputs {
+  at::Tensor q, k, v, g, beta, initial_state, dout, dfinal_state, cu;
+  double scale = 1;
+};
+
+DeviceInputs to_device(GatedDeltaInputs const& in, Dtype dtype, at::Device device) {
+  at::ScalarType const st = scalar_type(dtype), state = dtype == Dtype::kF64 ? at::kDouble : at::kFloat;
+  DeviceInputs d;
+  d.q = to_torch(in.q, st, device);
+  d.k = to_torch(in.k, st, device);
+  d.v = to_torch(in.v, st, device);
+  d.g = to_torch(in.g, state, device);
+  d.beta = to_torch(in.beta, st, device);
+  d.dout = to_torch(in.dout, st, device);
+  if (in.initial_state.defined()) d.initial_state = to_torch(in.initial_state, state, device);
+  if (in.dfinal_state.defined()) d.dfinal_state = to_torch(in.dfinal_state, state, device);
+  d.cu = at::tensor(in.cu, at::TensorOptions().dtype(at::kInt)).to(device);
+  d.scale = in.scale;
+  return d;
+}
+
+// Outputs and every gradient of one backend, for loss = <dout, o> + <dfinal_state, final_state>. final_state is
+// defined only when the case asks for it, dinitial_state only when an initial state is given.
+struct GatedDeltaRun {
+  at::Tensor o, final_state, dq, dk, dv, dg, dbeta, dinitial_state;
+};
+
+GatedDeltaRun run(Backend backend, DeviceInputs const& in, bool use_qk_l2norm) {
+  auto leaf = [](at::Tensor const& t) { return t.defined() ? t.detach().clone().requires_grad_() : at::Tensor(); };
+  at::Tensor q = leaf(in.q), k = leaf(in.k), v = leaf(in.v), g = leaf(in.g), beta = leaf(in.beta),
+             state = leaf(in.initial_state);
+  bool const with_final = in.dfinal_state.defined();
+  ops::GatedDeltaResult r =
+      ops::gated_delta(q, k, v, g, beta, in.cu, in.scale, use_qk_l2norm, backend, state, with_final);
+  std::vector<at::Tensor> outputs{r.o}, douts{in.dout}, inputs{q, k, v, g, beta};
+  if (with_final) {
+    outputs.push_back(r.final_state);
+    douts.push_back(in.dfinal_state);
+  }
+  if (state.defined()) inputs.push_back(state);
+  // allow_unused: with T = 0 the output depends on none of q, k, g, beta.
+  auto grads = torch::autograd::grad(outputs, inputs, douts, /*retain_graph=*/false, /*create_graph=*/false,
+                                     /*allow_unused=*/true);
+  auto or_zeros = [](at::Tensor const& grad, at::Tensor const& like) {
+    return grad.defined() ? grad : at::zeros_like(like);
+  };
+  GatedDeltaRun out;
+  out.o = r.o.detach();
+  if (with_final) out.final_state = r.final_state.detach();
+  out.dq = or_zeros(grads[0], q);
+  out.dk = or_zeros(grads[1], k);
+  out.dv = or_zeros(grads[2], v);
+  out.dg = or_zeros(grads[3], g);
+  out.dbeta = or_zeros(grads[4], beta);
+  if (state.defined()) out.dinitial_state = or_zeros(grads[5], state);
+  return out;
+}
+
+struct Reference {
+  ref::GatedDeltaOut out;
+  ref::GatedDeltaGrads grads;
+};
+
+Reference reference(GatedDeltaInputs const& in, bool use_qk_l2norm) {
+  bool const with_final = in.dfinal_state.defined();
+  return {ref::gated_delta_fwd(in.q, in.k, in.v, in.g, in.beta, in.cu, in.scale, use_qk_l2norm, in.initial_state,
+                               with_final),
+          ref::gated_delta_bwd(in.dout, in.dfinal_state, in.q, in.k, in.v, in.g, in.beta, in.cu, in.scale,
+                               use_qk_l2norm, in.initial_state)};
+}
+
+// One named tensor of a run, its reference and how to decode its indices.
+struct Compared {
+  std::string name;
+  at::Tensor got, baseline;
+  Tensor want;
+  IndexLayout layout;
+};
+
+std::vector<Compared> compared(GatedDeltaRun const& r, GatedDeltaRun const& base, Reference const& want,
+                               std::vector<int32_t> const& cu) {
+  std::vector<Compared> c{
+      {"o", r.o, base.o, want.out.o, packed_layout(want.out.o, cu)},
+      {"dq", r.dq, base.dq, want.grads.dq, packed_layout(want.grads.dq, cu)},
+      {"dk", r.dk, base.dk, want.grads.dk, packed_layout(want.grads.dk, cu)},
+      {"dv", r.dv, base.dv, want.grads.dv, packed_layout(want.grads.dv, cu)},
+      {"dg", r.dg, base.dg, want.grads.dg, packed_layout(want.grads.dg, cu)},
+      {"dbeta", r.dbeta, base.dbeta, want.grads.dbeta, packed_layout(want.grads.dbeta, cu)},
+  };
+  if (r.final_state.defined()) {
+    c.push_back({"final_state", r.final_state, base.final_state, want.out.final_state,
+                 plain_layout(want.out.final_state)});
+  }
+  if (r.dinitial_state.defined()) {
+    c.push_back({"dinitial_state", r.dinitial_state, base.dinitial_state, want.grads.dinitial_state,
+                 plain_layout(want.grads.dinitial_state)});
+  }
+  return c;
+}
+
+double max_abs(Tensor const& t) { return t.numel() ? t.flat().cwiseAbs().maxCoeff() : 0.0; }
+
+// ---------------------------------------------------------------------------------------------------------------
+// Composite on the CPU vs the reference: the chunked algorithm (UT transform, triangular solve, chunk-to-chunk state)
+// against the naive per-token recurrence.
+
+// The composite's tensors in these CPU tests are tiny: ATen's intra-op threads cost more than they give (200 tiny
+// examples took 22 s of CPU with 2 threads on a busy 2-core machine, 0.6 s with one).
+void use_one_cpu_thread() { at::set_num_threads(1); }
+
+class GatedDeltaComposite : public ::testing::TestWithParam<GatedDeltaCase> {
+ protected:
+  void SetUp() override { use_one_cpu_thread(); }
+};
+
+TEST_P(GatedDeltaComposite, MatchesReferenceOnCpuInFp64) {
+  GatedDeltaCase const& c = GetParam();
+  auto rng = test_rng();
+  GatedDeltaInputs const in = draw(c, Dtype::kF64, rng);
+  GatedDeltaRun const r = run(Backend::kComposite, to_device(in, Dtype::kF64, at::Device(at::kCPU)), c.use_qk_l2norm);
+  Reference const want = reference(in, c.use_qk_l2norm);
+  // Both sides are fp64 and differ in algorithm (chunked solve vs token by token), so in operation order only: at most
+  // 2.1e-15 of the tensor's largest magnitude was measured (0.21% of this budget); 1e-12 of the largest magnitude
+  // leaves ~500x headroom while a dropped term or a wrong decay errs by 1e-3 or more.
+  for (Compared const& x : compared(r, r, want, in.cu)) {
+    Tolerance const tol{1e-12 * std::max(1.0, max_abs(x.want)), 0};
+    FUSEPACK_EXPECT_PASS(compare_allclose(x.name, to_ref(x.got), x.want, tol, x.layout));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cpu, GatedDeltaComposite,
+    ::testing::Values(
+        GatedDeltaCase{"one_example_1_hk2_hv4_k8_v16_state_dfinal", {1}, 2, 4, 8, 16, true, true, true},
+        GatedDeltaCase{"one_example_63_hk1_hv1_k16_v8", {63}, 1, 1, 16, 8},
+        GatedDeltaCase{"one_example_64_gqa1_hk2_hv2_k8_v8_state", {64}, 2, 2, 8, 8, true, true, false},
+        GatedDeltaCase{"one_example_65_gqa3_hk1_hv3_k8_v16_no_l2norm_state_dfinal", {65}, 1, 3, 8, 16, false, true,
+                       true},
+        GatedDeltaCase{"one_example_130_gqa2_hk2_hv4_k16_v16_state_dfinal", {130}, 2, 4, 16, 16, true, true, true},
+        GatedDeltaCase{"seqs_5_0_70_0_3_gqa3_hk2_hv6_k8_v8_state_dfinal", {5, 0, 70, 0, 3}, 2, 6, 8, 8, true, true,
+                       true},
+        GatedDeltaCase{"seqs_17_64_1_no_l2norm_hk2_hv2_k8_v8", {17, 64, 1}, 2, 2, 8, 8, false},
+        GatedDeltaCase{"dfinal_without_initial_state_seqs_64_65", {64, 65}, 1, 2, 8, 8, true, false, true},
+        GatedDeltaCase{"200_tiny_examples_hk1_hv2_k8_v8_state_dfinal", {}, 1, 2, 8, 8, true, true, true},
+        // g down to −24: G reaches ~−770 within a chunk, where exp(−G) overflows fp64 and exp(G) underflows; only the
+        // masked exp(G_i − G_j) is safe (computed as exp(G_i)·exp(−G_j) it turns o and the gradients into NaN)
+        GatedDeltaCase{"strong_decay_seqs_130_20_hk1_hv2_k8_v8_state", {130, 20}, 1, 2, 8, 8, true, true, true,
+                       -24.0}),
+    [](auto const& tc) { return tc.param.name; });
+
+// fp32 inputs, computed in fp32: every output within kFp32RelRms of the fp64 reference in relative RMS (fp32 rounds at
+// 6e-8; the chunk's triangular solve and the state recurrence add up at most a few hundred terms per element: measured
+// 1.6e-6 at worst, dg under strong decay; a wrong formula errs by 1e-3 or more) and elementwise within 1e-5 of the
+// tensor's largest magnitude (20% of it used at worst). The strong-decay case (g down to −4: G reaches ~−130 within a
+// chunk, where exp(−G) overflows fp32) catches exp(G_i − G_j) computed as exp(G_i)·exp(−G_j) (checked: NaN).
+TEST(GatedDeltaComposite, MatchesReferenceOnCpuInFp32) {
+  use_one_cpu_thread();
+  auto rng = test_rng();
+  for (GatedDeltaCase const& c :
+       {GatedDeltaCase{"seqs_1_63_64_65_130_gqa2", {1, 63, 64, 65, 130}, 2, 4, 16, 16, true, true, true},
+        GatedDeltaCase{"strong_decay_seqs_130_20", {130, 20}, 1, 2, 16, 16, true, true, true, -4.0}}) {
+    SCOPED_TRACE(c.name);
+    GatedDeltaInputs const in = draw(c, Dtype::kF32, rng);
+    GatedDeltaRun const r =
+        run(Backend::kComposite, to_device(in, Dtype::kF32, at::Device(at::kCPU)), c.use_qk_l2norm);
+    Reference const want = reference(in, c.use_qk_l2norm);
+    for (Compared const& x : compared(r, r, want, in.cu)) {
+      EXPECT_EQ(x.got.scalar_type(), at::kFloat) << x.name;
+      ErrorReport rep = compare_allclose(x.name + " fp32", to_ref(x.got), x.want,
+                                         Tolerance{kFp32RelRms * max_abs(x.want), 0}, x.layout);
+      if (rep.rel_rms > kFp32RelRms) rep.failed_bound = "rel_rms over the fp32 bound 1e-5";
+      FUSEPACK_EXPECT_PASS(rep);
+    }
+  }
+}
+
+// No tokens: o is empty, the final state is the initial state and its gradient passes straight back.
+TEST(GatedDeltaComposite, ZeroTokensPassTheStateThrough) {
+  use_one_cpu_thread();
+  GatedDeltaCase const c{"no_tokens", {0, 0}, 2, 4, 8, 8, true, true, true};
+  auto rng = test_rng();
+  GatedDeltaInputs const in = draw(c, Dtype::kF64, rng);
+  DeviceInputs const d = to_device(in, Dtype::kF64, at::Device(at::kCPU));
+  GatedDeltaRun const r = run(Backend::kComposite, d, true);
+  EXPECT_EQ(r.o.sizes(), (std::vector<int64_t>{0, 4, 8}));
+  EXPECT_EQ(r.dq.sizes(), (std::vector<int64_t>{0, 2, 8}));
+  EXPECT_TRUE(at::equal(r.final_state, d.initial_state));
+  EXPECT_TRUE(at::equal(r.dinitial_state, d.dfinal_state));
+}
+
+// Without output_final_state no final state comes back; o is the same either way.
+TEST(GatedDeltaComposite, FinalStateOnlyWhenAsked) {
+  use_one_cpu_thread();
+  at::Tensor const q = at::randn({5, 1, 4}), v = at::randn({5, 2, 4}), g = -at::rand({5, 2}), beta = at::rand({5, 2});
+  at::Tensor const cu = at::tensor(std::vector<int32_t>{0, 2, 5}, at::kInt);
+  auto const without = ops::gated_delta(q, q, v, g, beta, cu, 0.5, true, Backend::kComposite);
+  auto const with = ops::gated_delta(q, q, v, g, beta, cu, 0.5, true, Backend::kComposite, {}, true);
+  EXPECT_FALSE(without.final_state.defined());
+  ASSERT_TRUE(with.final_state.defined());
+  EXPECT_EQ(with.final_state.sizes(), (std::vector<int64_t>{2, 2, 4, 4}));
+  EXPECT_EQ(with.final_state.scalar_type(), at::kFloat);
+  EXPECT_TRUE(at::equal(without.o, with.o));
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Fused on the GPU vs the reference, the composite in the same dtype as baseline.
+
+// bf16 runs: every tensor's relative RMS error is also bounded. One bf16 rounding of every element gives
+// 2^−9/√3 ≈ 1.1e-3; the section 5 budget lets the worst element reach ~3 rounding steps; 1e-2 is ~9 roundings' RMS,
+// above what a kernel accumulating in fp32 produces and far below a wrong or missing term (1e-1 and up). fp32 runs
+// meet kFp32RelRms through check_fused.
+constexpr double kBf16RelRms = 1e-2;
+
+// DESIGN section 5 for one tensor of a fused run in `dtype`. Outputs in the run's dtype (o, dq, dk, dv, dbeta; all of
+// them in an fp32 run) go through check_fused. The fp32 outputs of a bf16/fp16 run (final_state, dinitial_state, dg)
+// carry the precision of the run's dtype, not of their storage: their floor is one rounding step of the run's dtype
+// at the reference's magnitude, as for o (the composite, computing in fp32, errs by ~1e-6 there, so a floor of one
+// fp32 step would ask a bf16 tensor-core kernel for fp32 accuracy).
+ErrorReport check_output(Compared const& x, Dtype dtype) {
+  ErrorReport r;
+  if (x.got.scalar_type() == scalar_type(dtype)) {
+    r = check_fused(x.name, x.got, x.baseline, x.want, x.layout);
+  } else {
+    Tensor const got = to_ref(x.got), base = to_ref(x.baseline);
+    r = compare_with_baseline(x.name + " fp32 of a " + dtype_name(dtype) + " run", got.data(), base.data(),
+                              x.want.data(), x.want.numel(), rounding_step(dtype, max_abs(x.want)), x.layout);
+  }
+  if (dtype != Dtype::kF32 && r.rel_rms > kBf16RelRms) {
+    r.failed_bound = "rel_rms " + std::to_string(r.rel_rms) + " > " + std::to_string(kBf16RelRms) + " (bf16 bound)";
+  }
+  return r;
+}
+
+class GatedDeltaFused : public ::testing::TestWithParam<std::tuple<Dtype, GatedDeltaCase>> {};
+
+TEST_P(GatedDeltaFused, MatchesReference) {
+  FUSEPACK_SKIP_WITHOUT_CUDA();
+  auto const& [dtype, c] = GetParam();
+  if (c.full_only && test_level() != TestLevel::kFull) {
+    GTEST_SKIP() << "full level only: the fp64 reference of this case takes minutes (FUSEPACK_TEST_LEVEL=full)";
+  }
+  auto rng = test_rng();
+  GatedDeltaInputs const in = draw(c, dtype, rng);
+  DeviceInputs const d = to_device(in, dtype, at::Device(at::kCUDA));
+  GatedDeltaRun const fused = run(Backend::kFused, d, c.use_qk_l2norm);
+  GatedDeltaRun const composite = run(Backend::kComposite, d, c.use_qk_l2norm);
+  Reference const want = reference(in, c.use_qk_l2norm);
+  for (Compared const& x : compared(fused, composite, want, in.cu)) FUSEPACK_EXPECT_PASS(check_output(x, dtype));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Sm90, GatedDeltaFused,
+    ::testing::Combine(
+        ::testing::Values(Dtype::kBF16, Dtype::kF32),
+        ::testing::Values(
+            // Qwen3.5-9B/35B heads at the benchmark's 8192 tokens, packed and as one example
+            GatedDeltaCase{"hk16_hv32_8x1024_state_dfinal", std::vector<int>(8, 1024), 16, 32, 128, 128, true, true,
+                           true, -0.05, /*full_only=*/true},
+            GatedDeltaCase{"hk16_hv32_1x8192_state_dfinal", {8192}, 16, 32, 128, 128, true, true, true, -0.05, true},
+            GatedDeltaCase{"hk16_hv32_seqs_70_1_130", {70, 1, 130}, 16, 32, 128, 128},
+            GatedDeltaCase{"qwen35_27b_hk16_hv48_seqs_129_3_state_dfinal", {129, 3}, 16, 48, 128, 128, true, true,
+                           true},
+            GatedDeltaCase{"hk2_hv4_seqs_1_63_64_65_130_state_dfinal", {1, 63, 64, 65, 130}, 2, 4, 128, 128, true,
+                           true, true},
+            GatedDeltaCase{"gqa1_hk4_hv4_seqs_100_64", {100, 64}, 4, 4, 128, 128},
+            GatedDeltaCase{"gqa3_hk2_hv6_seqs_100_64_state", {100, 64}, 2, 6, 128, 128, true, true, false},
+            GatedDeltaCase{"length_1_hk2_hv4", {1}, 2, 4, 128, 128},
+            GatedDeltaCase{"300_examples_1_to_6_hk2_hv4_state_dfinal", repeated_lengths(300, 6), 2, 4, 128, 128, true,
+                           true, true},
+            GatedDeltaCase{"empty_examples_seqs_0_5_0_70_0_state_dfinal", {0, 5, 0, 70, 0}, 2, 4, 128, 128, true,
+                           true, true},
+            GatedDeltaCase{"one_example_1000_hk1_hv2", {1000}, 1, 2, 128, 128},
+            GatedDeltaCase{"no_l2norm_seqs_17_64_1", {17, 64, 1}, 2, 4, 128, 128, false},
+            GatedDeltaCase{"strong_decay_seqs_130_65_state_dfinal", {130, 65}, 2, 4, 128, 128, true, true, true,
+                           -4.0})),
+    [](auto const& tc) {
+      return std::string(dtype_name(std::get<0>(tc.param))) + "_" + std::get<1>(tc.param).name;
+    });
+
+TEST(GatedDeltaFused, ZeroTokensPassTheStateThrough) {
+  FUSEPACK_SKIP_WITHOUT_CUDA();
+  GatedDeltaCase const c{"no_tokens", {0, 0}, 2, 4, 128, 128, true, true, true};
+  auto rng = test_rng();
+  DeviceInputs const d = to_device(draw(c, Dtype::kBF16, rng), Dtype::kBF16, at::Device(at::kCUDA));
+  GatedDeltaRun const r = run(Backend::kFused, d, true);
+  EXPECT_EQ(r.o.sizes(), (std::vector<int64_t>{0, 4, 128}));
+  EXPECT_EQ(r.dk.sizes(), (std::vector<int64_t>{0, 2, 128}));
+  EXPECT_TRUE(at::equal(r.final_state, d.initial_state));
+  EXPECT_TRUE(at::equal(r.dinitial_state, d.dfinal_state));
+}
+
+// Rows [bos, eos) of every token tensor are example j's; the rows outside must be bitwise equal between two runs.
+void expect_equal_outside(char const* name, at::Tensor const& a, at::Tensor const& b, int64_t bos, int64_t eos) {
+  int64_t const T = a.size(0);
+  EXPECT_TRUE(at::equal(a.narrow(0, 0, bos), b.narrow(0, 0, bos))) << name << " changed before example j";
+  EXPECT_TRUE(at::equal(a.narrow(0, eos, T - eos), b.narrow(0, eos, T - eos))) << name << " changed after example j";
+}
+
+// DESIGN section 4's no-leak property on the kernels: changing example j's q, k, v, g, β and initial state leaves every
+// other example's o, final state and gradients bitwise unchanged (chunks never span two examples; the state is reset
+// at every example start; nothing else mixes examples).
+class GatedDeltaFusedNoLeak : public ::testing::TestWithParam<Dtype> {};
+
+TEST_P(GatedDeltaFusedNoLeak, PerturbingOneExampleLeavesTheOthersBitwiseUnchanged) {
+  FUSEPACK_SKIP_WITHOUT_CUDA();
+  Dtype const dtype = GetParam();
+  GatedDeltaCase const c{"no_leak", {37, 130, 1, 64, 200}, 2, 4, 128, 128, true, true, true};
+  auto rng = test_rng();
+  GatedDeltaInputs const in = draw(c, dtype, rng);
+  DeviceInputs const base = to_device(in, dtype, at::Device(at::kCUDA));
+  GatedDeltaRun const a = run(Backend::kFused, base, true);
+  for (int j : {1, 2, 4}) {
+    int64_t const bos = in.cu[j], eos = in.cu[j + 1];
+    DeviceInputs moved = base;
+    for (at::Tensor* t : {&moved.q, &moved.k, &moved.v, &moved.g, &moved.beta}) {
+      *t = t->clone();
+      at::Tensor rows = t->narrow(0, bos, eos - bos);
+      rows.copy_(rows * 1.5 + 0.25 * at::randn_like(rows));
+    }
+    moved.g.narrow(0, bos, eos - bos).clamp_max_(0);
+    moved.beta.narrow(0, bos, eos - bos).clamp_(0, 1);
+    moved.initial_state = base.initial_state.clone();
+    moved.initial_state.select(0, j).mul_(-2);
+    GatedDeltaRun const b = run(Backend::kFused, moved, true);
+    SCOPED_TRACE("perturbed example " + std::to_string(j));
+    for (auto const& [name, x, y] : {std::tuple{"o", a.o, b.o}, std::tuple{"dq", a.dq, b.dq},
+                                     std::tuple{"dk", a.dk, b.dk}, std::tuple{"dv", a.dv, b.dv},
+                                     std::tuple{"dg", a.dg, b.dg}, std::tuple{"dbeta", a.dbeta, b.dbeta}}) {
+      expect_equal_outside(name, x, y, bos, eos);
+    }
+    expect_equal_outside("final_state", a.final_state, b.final_state, j, j + 1);
+    expect_equal_outside("dinitial_state", a.dinitial_state, b.dinitial_state, j, j + 1);
+    EXPECT_FALSE(at::equal(a.o.narrow(0, bos, eos - bos), b.o.narrow(0, bos, eos - bos)))
+        << "the perturbation did not change example j's own output";
+    EXPECT_FALSE(at::equal(a.final_state.select(0, j), b.final_state.select(0, j)))
+        << "the perturbation did not change example j's own final state";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Sm90, GatedDeltaFusedNoLeak, ::testing::Values(Dtype::kBF16, Dtype::kF32),
+                         [](auto const& tc) { return std::string(dtype_name(tc.param)); });
+
+TEST(GatedDeltaFused, BackwardIsBitwiseDeterministic) {
+  FUSEPACK_SKIP_WITHOUT_CUDA();
+  GatedDeltaCase const c{"determinism", {1, 17, 300, 1024, 64}, 16, 32, 128, 128, true, true, true};
+  auto rng = test_rng();
+  for (Dtype dtype : {Dtype::kBF16, Dtype::kF32}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    DeviceInputs const d = to_device(draw(c, dtype, rng), dtype, at::Device(at::kCUDA));
+    GatedDeltaRun const a = run(Backend::kFused, d, true), b = run(Backend::kFused, d, true);
+    EXPECT_TRUE(at::equal(a.o, b.o));
+    EXPECT_TRUE(at::equal(a.final_state, b.final_state));
+    EXPECT_TRUE(at::equal(a.dq, b.dq));
+    EXPECT_TRUE(at::equal(a.dk, b.dk));
+    EXPECT_TRUE(at::equal(a.dv, b.dv));
+    EXPECT_TRUE(at::equal(a.dg, b.dg));
+    EXPECT_TRUE(at::equal(a.dbeta, b.dbeta));
+    EXPECT_TRUE(at::equal(a.dinitial_state, b.dinitial_state));
+  }
+}
+
+// The device chunk table is remembered per cu_seqlens tensor to spare a copy per layer; an in-place write to
+// cu_seqlens must rebuild it: the result then equals that of a fresh tensor holding the new values.
+TEST(GatedDeltaFused, RebuildsTheChunkTableWhenCuSeqlensIsWrittenInPlace) {
+  FUSEPACK_SKIP_WITHOUT_CUDA();
+  GatedDeltaCase const c{"chunk_table", {100, 60}, 2, 4, 128, 128};
+  auto rng = test_rng();
+  DeviceInputs d = to_device(draw(c, Dtype::kBF16, rng), Dtype::kBF16, at::Device(at::kCUDA));
+  at::NoGradGuard no_grad;
+  auto fused = [&](at::Tensor const& cu) {
+    return ops::gated_delta(d.q, d.k, d.v, d.g, d.beta, cu, d.scale, true, Backend::kFused).o;
+  };
+  at::Tensor const before = fused(d.cu);
+  d.cu[1].fill_(30);  // examples of 30 and 130 tokens now
+  at::Tensor const after = fused(d.cu);
+  at::Tensor const fresh = fused(at::tensor(std::vector<int32_t>{0, 30, 160}, at::kInt).to(at::kCUDA));
+  EXPECT_TRUE(at::equal(after, fresh)) << "the chunk table of the old cu_seqlens values was used";
+  EXPECT_FALSE(at::equal(after, before));
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Bad input, refused before anything runs, with the reason.
+
+// `fn` must throw a c10::Error whose message contains `substring`; the message is printed for the log's reader.
+void expect_error(std::function<void()> const& fn, std::string const& substring) {
+  try {
+    fn();
+    ADD_FAILURE() << "expected a c10::Error containing '" << substring << "'";
+  } catch (c10::Error const& e) {
+    std::string const what = e.what_without_backtrace();
+    std::printf("[  error   ] %s\n", what.c_str());
+    EXPECT_NE(what.find(substring), std::string::npos) << "message: " << what;
+  }
+}
+
+struct BadInputs {
+  at::Tensor q, k, v, g, beta, cu, initial_state;
+  double scale = 0.5;
+  Backend backend = Backend::kComposite;
+  std::function<void()> call() const {
+    BadInputs const b = *this;
+    return [b] {
+      ops::gated_delta(b.q, b.k, b.v, b.g, b.beta, b.cu, b.scale, true, b.backend, b.initial_state, true);
+    };
+  }
+};
+
+BadInputs good_inputs(at::TensorOptions opts, int64_t K = 8) {
+  BadInputs b;
+  b.q = at::randn({5, 2, K}, opts);
+  b.k = at::randn({5, 2, K}, opts);
+  b.v = at::randn({5, 4, K}, opts);
+  b.g = -at::rand({5, 4}, opts.dtype(at::kFloat));
+  b.beta = at::rand({5, 4}, opts);
+  b.cu = at::tensor(std::vector<int32_t>{0, 2, 5}, opts.dtype(at::kInt));
+  b.initial_state = at::randn({2, 4, K, K}, opts.dtype(at::kFloat));
+  return b;
+}
+
+TEST(GatedDeltaOps, RejectsBadInput) {
+  use_one_cpu_thread();
+  BadInputs const good = good_inputs(at::TensorOptions().dtype(at::kFloat));
+  good.call()();  // the baseline call is valid
+  BadInputs b = good;
+  b.v = at::randn({5, 6, 8});
+  b.g = at::zeros({5, 6});
+  b.beta = at::zeros({5, 6});
+  b.initial_state = at::Tensor();
+  b.q = at::randn({5, 4, 8});
+  b.k = at::randn({5, 4, 8});
+  expect_error(b.call(), "the value heads Hv=6 (v dimension 1) must be a positive multiple of the key heads Hk=4");
+  b = good;
+  b.k = at::randn({5, 2, 6});
+  expect_error(b.call(), "k has shape [5, 2, 6]; expected 8 in dimension 2");
+  b = good;
+  b.v = at::randn({4, 4, 8});
+  expect_error(b.call(), "v has shape [4, 4, 8]; expected 5 in dimension 0");
+  b = good;
+  b.g = at::zeros({5, 2});
+  expect_error(b.call(), "g has shape [5, 2]; expected 4 in dimension 1");
+  b = good;
+  b.v = good.v.to(at::kBFloat16);
+  expect_error(b.call(), "v has dtype BFloat16 but q has Float");
+  b = good;
+  b.g = good.g.to(at::kBFloat16);
+  expect_error(b.call(), "g must be Float; got BFloat16");
+  b = good;
+  b.beta = good.beta.to(at::kDouble);
+  expect_error(b.call(), "beta has dtype Double but q has Float");
+  b = good;
+  b.initial_state = good.initial_state.to(at::kDouble);
+  expect_error(b.call(), "initial_state must be Float; got Double");
+  b = good;
+  b.initial_state = at::zeros({3, 4, 8, 8});
+  expect_error(b.call(), "initial_state has shape [3, 4, 8, 8]; expected 2 in dimension 0");
+  b = good;
+  b.cu = good.cu.to(at::kLong);
+  expect_error(b.call(), "cu_seqlens must be int32");
+  b = good;
+  b.cu = at::tensor(std::vector<int32_t>{0, 3, 2, 5}, at::kInt);
+  expect_error(b.call(), "cu_seqlens must be non-decreasing; got cu_seqlens[1]=3 > cu_seqlens[2]=2");
+  b = good;
+  b.cu = at::tensor(std::vector<int32_t>{0, 2, 4}, at::kInt);
+  expect_error(b.call(), "cu_seqlens must end at the number of tokens T=5; got cu_seqlens[2]=4");
+  b = good;
+  b.cu = at::tensor(std::vector<int32_t>{1, 2, 5}, at::kInt);
+  expect_error(b.call(), "cu_seqlens must start at 0");
+  for (double scale : {0.0, -1.0, std::nan("")}) {
+    b = good;
+    b.scale = scale;
+    expect_error(b.call(), "scale must be positive and finite");
+  }
+  // The fused backend never falls back: sizes it has no kernel for are refused with K and V named, CPU tensors with
+  // the reason.
+  b = good;
+  b.backend = Backend::kFused;
+  expect_error(b.call(), "the fused kernel supports K = V in {64, 128}; got K=8 (q dimension 2) and V=8");
+  BadInputs wide = good_inputs(at::TensorOptions().dtype(at::kFloat), 128);
+  wide.backend = Backend::kFused;
+  wide.v = at::randn({5, 4, 64});
+  wide.initial_state = at::Tensor();
+  expect_error(wide.call(), "got K=128 (q dimension 2) and V=64 (v dimension 2)");
+  wide = good_inputs(at::TensorOptions().dtype(at::kFloat), 128);
+  wide.backend = Backend::kFused;
+  expect_error(wide.call(), "CUDA");
+}
+
+// fp64 q may bring g and the state in fp64 (the state is then fp64 throughout) or in fp32.
+TEST(GatedDeltaOps, Fp64InputTakesFp32OrFp64DecayAndState) {
+  use_one_cpu_thread();
+  BadInputs b = good_inputs(at::TensorOptions().dtype(at::kDouble));
+  b.call()();
+  b.g = b.g.to(at::kDouble);
+  b.initial_state = b.initial_state.to(at::kDouble);
+  auto const r = ops::gated_delta(b.q, b.k, b.v, b.g, b.beta, b.cu, 0.5, true, Backend::kComposite, b.initial_state,
+                                  true);
+  EXPECT_EQ(r.o.scalar_type(), at::kDouble);
+  EXPECT_EQ(r.final_state.scalar_type(), at::kDouble);
+  b.g = b.g.to(at::kHalf);
+  expect_error(b.call(), "g must be Float or Double (q is Double); got Half");
+}
+
+TEST(GatedDeltaFused, RejectsCuSeqlensOnAnotherDevice) {
+  FUSEPACK_SKIP_WITHOUT_CUDA();
+  BadInputs b = good_inputs(at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA), 128);
+  b.backend = Backend::kFused;
+  b.cu = b.cu.cpu();
+  expect_error(b.call(), "the fused kernel needs cu_seqlens on q's device");
+  b = good_inputs(at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA), 128);
+  b.backend = Backend::kFused;
+  b.q = b.q.transpose(0, 1).contiguous().transpose(0, 1);
+  expect_error(b.call(), "the fused kernel needs q contiguous");
+}
+
+}  // namespace
+}  // namespace fusepack::test
