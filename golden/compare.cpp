@@ -1,0 +1,143 @@
+#include "golden/compare.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
+
+namespace fusepack::golden {
+namespace {
+
+std::string format(char const* fmt, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, fmt, v);
+  return buf;
+}
+
+// The shortest text that reads back to `v` (what the golden file holds).
+std::string shortest(double v) {
+  for (int precision = 15; precision < 17; ++precision) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.*g", precision, v);
+    if (std::strtod(buf, nullptr) == v) return buf;
+  }
+  return format("%.17g", v);
+}
+
+std::string value_text(FieldCheck const& c, double v) {
+  return c.field == "tokens" ? format("%.0f", v) : shortest(v);
+}
+
+void add_check(Comparison& out, std::int64_t step, char const* field, double golden, double run,
+               FieldTolerance const* tol) {
+  FieldCheck c;
+  c.step = step;
+  c.field = field;
+  c.golden = golden;
+  c.run = run;
+  c.diff = std::fabs(run - golden);
+  c.allowed = tol ? tol->allowed(golden, step) : 0;
+  c.pass = c.diff <= c.allowed;  // false for NaN
+  out.checks.push_back(c);
+}
+
+}  // namespace
+
+double FieldTolerance::allowed(double golden, std::int64_t step) const {
+  return atol + rtol * std::fabs(golden) + drift_per_step * static_cast<double>(step);
+}
+
+void TolerancePolicy::validate() const {
+  std::pair<char const*, FieldTolerance const*> const fields[] = {{"loss", &loss}, {"grad_norm", &grad_norm}, {"lr", &lr}};
+  for (auto const& [name, t] : fields) {
+    std::pair<char const*, double> const values[] = {{"atol", t->atol}, {"rtol", t->rtol}, {"drift_per_step", t->drift_per_step}};
+    for (auto const& [what, v] : values) {
+      if (!(std::isfinite(v) && v >= 0)) {
+        throw std::invalid_argument(std::string("TolerancePolicy: ") + name + "." + what +
+                                    " must be finite and >= 0; got " + format("%g", v));
+      }
+    }
+  }
+}
+
+Comparison compare(GoldenFile const& golden, std::vector<StepRecord> const& run, TolerancePolicy const& policy) {
+  policy.validate();
+  Comparison out;
+  std::size_t const common = std::min(golden.steps.size(), run.size());
+  for (std::size_t k = 0; k < common; ++k) {
+    StepRecord const& g = golden.steps[k];
+    StepRecord const& r = run[k];
+    if (g.step != r.step) {
+      out.problems.push_back("record " + std::to_string(k) + " is step " + std::to_string(r.step) +
+                             " in the run but step " + std::to_string(g.step) +
+                             " in the golden; its values are not compared");
+      continue;
+    }
+    add_check(out, g.step, "tokens", static_cast<double>(g.tokens), static_cast<double>(r.tokens), nullptr);
+    add_check(out, g.step, "loss", g.loss, r.loss, &policy.loss);
+    add_check(out, g.step, "grad_norm", g.grad_norm, r.grad_norm, &policy.grad_norm);
+    add_check(out, g.step, "lr", g.lr, r.lr, &policy.lr);
+  }
+  if (run.size() < golden.steps.size()) {
+    out.problems.push_back("the run has " + std::to_string(run.size()) + " step records but the golden has " +
+                           std::to_string(golden.steps.size()) + ": golden step " +
+                           std::to_string(golden.steps[run.size()].step) + " and later were not reproduced");
+  } else if (run.size() > golden.steps.size()) {
+    out.problems.push_back("the run has " + std::to_string(run.size()) + " step records but the golden has " +
+                           std::to_string(golden.steps.size()) + ": run step " +
+                           std::to_string(run[golden.steps.size()].step) + " and later have no golden value");
+  }
+  return out;
+}
+
+bool Comparison::passed() const { return problems.empty() && first_failure() == nullptr && !checks.empty(); }
+
+FieldCheck const* Comparison::first_failure() const {
+  for (FieldCheck const& c : checks) {
+    if (!c.pass) return &c;
+  }
+  return nullptr;
+}
+
+std::string Comparison::verdict() const {
+  std::size_t failed = 0;
+  for (FieldCheck const& c : checks) failed += c.pass ? 0 : 1;
+  std::size_t const steps = checks.size() / 4;
+  if (passed()) {
+    return "PASS: " + std::to_string(checks.size()) + " checks over " + std::to_string(steps) +
+           " steps within tolerance";
+  }
+  std::string why = "FAIL: " + std::to_string(failed) + " of " + std::to_string(checks.size()) + " checks failed";
+  if (!problems.empty()) why += ", " + std::to_string(problems.size()) + " structural problem(s): " + problems.front();
+  if (checks.empty() && problems.empty()) why += " (nothing was compared)";
+  if (FieldCheck const* f = first_failure()) {
+    why += "; first failure at step " + std::to_string(f->step) + ": " + f->field + " golden " + value_text(*f, f->golden) +
+           ", run " + value_text(*f, f->run) + ", |diff| " + format("%.3e", f->diff) + " > allowed " +
+           format("%.3e", f->allowed);
+    if (f->field == "tokens") {
+      why += " (target counts must match exactly: the run supervised other tokens than the golden)";
+    }
+  }
+  return why;
+}
+
+std::string Comparison::table() const {
+  std::string out;
+  char line[256];
+  std::snprintf(line, sizeof line, "%6s  %-9s  %-24s  %-24s  %-10s  %-10s  %s\n", "step", "field", "golden", "run",
+                "|diff|", "allowed", "verdict");
+  out += line;
+  for (FieldCheck const& c : checks) {
+    std::string const allowed = c.field == "tokens" ? "exact" : format("%.3e", c.allowed);
+    std::snprintf(line, sizeof line, "%6lld  %-9s  %-24s  %-24s  %-10s  %-10s  %s\n", static_cast<long long>(c.step),
+                  c.field.c_str(), value_text(c, c.golden).c_str(), value_text(c, c.run).c_str(),
+                  format("%.3e", c.diff).c_str(), allowed.c_str(), c.pass ? "PASS" : "FAIL");
+    out += line;
+  }
+  for (std::string const& p : problems) out += "problem: " + p + "\n";
+  out += verdict() + "\n";
+  return out;
+}
+
+}  // namespace fusepack::golden

@@ -1,0 +1,60 @@
+// The golden comparator: a run's step records against a golden file's, step by step, under a tolerance policy.
+// Token counts must match exactly (the packed and padded paths must supervise the same targets); loss, grad_norm
+// and lr within atol + rtol·|golden| + drift_per_step·step. A missing or extra step is a failure.
+#pragma once
+
+#include "golden/golden_file.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace fusepack::golden {
+
+// allowed(golden, step) = atol + rtol·|golden| + drift_per_step·step. The default (all 0) demands equality.
+struct FieldTolerance {
+  double atol = 0;
+  double rtol = 0;
+  double drift_per_step = 0;  // for runs that drift apart step after step (low precision): allowance grows linearly
+
+  double allowed(double golden, std::int64_t step) const;
+};
+
+// One tolerance per compared value; every caller sets and justifies its own (there is no "loose" default).
+struct TolerancePolicy {
+  FieldTolerance loss;
+  FieldTolerance grad_norm;
+  FieldTolerance lr;
+
+  void validate() const;  // throws std::invalid_argument: every number finite and >= 0
+};
+
+// One compared value of one step.
+struct FieldCheck {
+  std::int64_t step = 0;
+  std::string field;  // "tokens", "loss", "grad_norm" or "lr"
+  double golden = 0;
+  double run = 0;
+  double diff = 0;     // |run − golden| (NaN when run is NaN: fails)
+  double allowed = 0;  // 0 for tokens (exact)
+  bool pass = false;
+};
+
+struct Comparison {
+  std::vector<FieldCheck> checks;     // step-major; per step: tokens, loss, grad_norm, lr
+  std::vector<std::string> problems;  // failures that are not a value: missing/extra steps, misnumbered steps
+
+  bool passed() const;
+  FieldCheck const* first_failure() const;  // nullptr when every check passed
+  // "PASS: 40 checks over 10 steps within tolerance" or "FAIL: <why>", naming the first failing step and field.
+  std::string verdict() const;
+  // step | field | golden | run | |diff| | allowed | PASS/FAIL, one line per check, then the problems and verdict.
+  std::string table() const;
+};
+
+// Compares run[k] with golden.steps[k] for every k both have. A record whose step number differs from the golden's
+// is a problem (its values are not compared: they belong to different steps). Run values are not validated:
+// a NaN loss is a failing check, not an exception. Throws std::invalid_argument for a bad policy.
+Comparison compare(GoldenFile const& golden, std::vector<StepRecord> const& run, TolerancePolicy const& policy);
+
+}  // namespace fusepack::golden

@@ -1,0 +1,67 @@
+// fusepack-golden-compare: compares a run's records with a golden file, both in the golden format (FORMAT.md), and
+// prints the step-by-step table and the verdict. Exit code 0 when every check passes, 1 when one fails, 2 on an
+// error (an unreadable file, a bad tolerance; message on stderr).
+#include "golden/compare.h"
+#include "golden/golden_file.h"
+
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <exception>
+#include <string>
+
+namespace {
+
+using namespace fusepack::golden;
+
+void add_tolerance(CLI::App& app, std::string const& field, FieldTolerance& tol) {
+  app.add_option("--" + field + "-atol", tol.atol, field + ": absolute tolerance")->capture_default_str();
+  app.add_option("--" + field + "-rtol", tol.rtol, field + ": tolerance relative to |golden|")->capture_default_str();
+  app.add_option("--" + field + "-drift", tol.drift_per_step, field + ": extra allowance per step (drifting runs)")
+      ->capture_default_str();
+}
+
+void print_provenance(char const* which, GoldenFile const& f) {
+  Provenance const& p = f.provenance;
+  std::printf("%-7s %zu steps; %s, %s, world size %lld, seed %llu; commit %s, %s\n  command: %s\n  batching: %s\n",
+              which, f.steps.size(), p.dtype.c_str(), p.device.c_str(), static_cast<long long>(p.world_size),
+              static_cast<unsigned long long>(p.seed), p.commit.c_str(), p.date.c_str(), p.command.c_str(),
+              p.batching.c_str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Compares a run with a golden loss file step by step (tokens exactly; loss, grad_norm and lr within "
+               "atol + rtol*|golden| + drift*step, default 0: equality).",
+               "fusepack-golden-compare"};
+  std::string golden_path, run_path;
+  TolerancePolicy policy;
+  app.add_option("golden", golden_path, "the golden file")->required();
+  app.add_option("run", run_path, "the run's records, in the same format")->required();
+  add_tolerance(app, "loss", policy.loss);
+  add_tolerance(app, "grad-norm", policy.grad_norm);
+  add_tolerance(app, "lr", policy.lr);
+  try {
+    app.parse(argc, argv);
+  } catch (CLI::ParseError const& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    std::fprintf(stderr, "fusepack-golden-compare: %s\nRun with --help for more information.\n", e.what());
+    return 2;
+  }
+  try {
+    GoldenFile const golden = read_golden(golden_path);
+    GoldenFile const run = read_golden(run_path);
+    print_provenance("golden:", golden);
+    print_provenance("run:", run);
+    if (golden.provenance.model_config != run.provenance.model_config) {
+      std::printf("note: the model configs differ\n");
+    }
+    Comparison const c = compare(golden, run.steps, policy);
+    std::printf("%s", c.table().c_str());
+    return c.passed() ? 0 : 1;
+  } catch (std::exception const& e) {
+    std::fprintf(stderr, "fusepack-golden-compare: %s\n", e.what());
+    return 2;
+  }
+}

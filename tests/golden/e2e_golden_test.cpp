@@ -1,0 +1,157 @@
+// End to end on the CPU (DESIGN.md section 7): the packed composite path reproduces the committed padded golden
+// (golden/qwen35-tiny-padded.json, written by golden/regenerate.sh) step by step: the same examples per step (paired
+// plans), the same target counts exactly, loss and grad norm within the fp64-derived tolerance; fp32 within the
+// fp32-derived one. A planted packing bug (labels shifted across example boundaries) must make the comparison fail.
+#include "golden/compare.h"
+#include "golden/golden_file.h"
+#include "trainer/model/batch.h"
+#include "trainer/train/config.h"
+#include "trainer/train/run.h"
+
+#include <ATen/ATen.h>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <utility>
+#include <vector>
+
+#ifndef FUSEPACK_GOLDEN_DIR
+#error "FUSEPACK_GOLDEN_DIR must name the golden/ folder of the source tree"
+#endif
+
+namespace fusepack::test {
+namespace {
+
+using train::DType;
+using train::TrainConfig;
+
+std::string const kGolden = std::string(FUSEPACK_GOLDEN_DIR) + "/qwen35-tiny-padded.json";
+
+// golden/regenerate.sh's settings with --batching packed (the test below checks the two agree through the golden's
+// provenance, so a regeneration with other settings cannot pass unnoticed).
+TrainConfig packed_config(DType dtype) {
+  TrainConfig c;
+  c.preset = "qwen35-tiny";
+  c.batching = train::Batching::kPacked;
+  c.pairing = packing::PlanMode::kPaired;
+  c.backend = ops::Backend::kComposite;
+  c.dtype = dtype;
+  c.device = "cpu";
+  c.threads = 1;
+  c.data = "synthetic:n=128,median=40,sigma=0.6,min=1,max=128,prompt=0.25,seed=7";
+  c.token_budget = 256;
+  c.micro_batches = 2;
+  c.steps = 10;
+  c.lr = 3e-3;
+  c.warmup_steps = 2;
+  c.min_lr = 3e-4;
+  c.weight_decay = 0.1;
+  c.beta1 = 0.9;
+  c.beta2 = 0.95;
+  c.eps = 1e-8;
+  c.clip_norm = 1.0;
+  c.seed = 1234;
+  c.golden_check = kGolden;
+  return c;
+}
+
+// Max over steps of |run − golden| / |golden| for one field, printed so the tolerance's derivation can be re-measured.
+double max_rel_diff(golden::Comparison const& c, std::string const& field) {
+  double worst = 0;
+  for (golden::FieldCheck const& f : c.checks) {
+    if (f.field == field && f.golden != 0) worst = std::max(worst, f.diff / std::fabs(f.golden));
+  }
+  return worst;
+}
+
+train::RunResult run_against_golden(TrainConfig const& config, train::MicroBatchEdit edit = {}) {
+  train::RunOptions options;
+  options.command = "e2e_golden_test";
+  options.edit_micro_batch = std::move(edit);
+  train::RunResult r = train::run_training(config, options);
+  if (r.comparison) std::printf("%s", r.comparison->table().c_str());
+  return r;
+}
+
+TEST(E2EGolden, TheGoldenRecordsThePaddedCompositeFp64RunOfThisTestsSettings) {
+  golden::GoldenFile const g = golden::read_golden(kGolden);
+  EXPECT_EQ(g.provenance.dtype, "float64");
+  EXPECT_EQ(g.provenance.device, "cpu");
+  EXPECT_EQ(g.provenance.world_size, 1);
+  EXPECT_NE(g.provenance.batching.find("\"layout\":\"padded\""), std::string::npos) << g.provenance.batching;
+  EXPECT_NE(g.provenance.batching.find("\"backend\":\"composite\""), std::string::npos) << g.provenance.batching;
+  EXPECT_EQ(g.steps.size(), 10u);
+  EXPECT_LT(g.steps.back().loss, g.steps.front().loss) << "the golden run should learn something";
+}
+
+TEST(E2EGolden, PackedCompositeFp64ReproducesThePaddedGoldenStepByStep) {
+  train::RunResult const r = run_against_golden(packed_config(DType::kFloat64));
+  golden::GoldenFile const g = golden::read_golden(kGolden);
+  // Same model, data, seed, pairing, budget, optimizer: only the layout differs from the golden's run.
+  std::vector<std::string> const differences = train::provenance_differences(g.provenance, r.golden.provenance);
+  for (std::string const& d : differences) ADD_FAILURE() << d;
+  ASSERT_TRUE(r.comparison.has_value());
+  std::printf("[ measured ] fp64 packed vs padded golden: max rel diff loss %.3g, grad_norm %.3g\n",
+              max_rel_diff(*r.comparison, "loss"), max_rel_diff(*r.comparison, "grad_norm"));
+  // Tolerance: train::golden_tolerance(fp64, "float64"), derived and commented in trainer/train/run.cpp.
+  EXPECT_TRUE(r.comparison->passed()) << r.comparison->verdict();
+  // Packing removes the padding: the packed run computes only real tokens.
+  EXPECT_EQ(r.summary.padding_share(), 0.0);
+}
+
+// The bug a collator makes when it shifts the concatenated labels of a pack once: the prediction at the last token of
+// example i targets the first token of example i+1 (labels[t] = tokens[t+1] across the boundary), as if the pack were
+// one example. The batch's own invariant check (PackedBatch::validate) would refuse such labels, so the bug is
+// planted after it, on the model's batch.
+void shift_labels_across_boundaries(model::ModelBatch& b) {
+  at::Tensor cu = b.cu_seqlens.to(at::kLong);
+  std::int64_t const n = b.num_examples;
+  auto const* cu_p = cu.data_ptr<std::int64_t>();
+  auto* labels = b.labels.data_ptr<std::int64_t>();
+  auto const* tokens = b.tokens.data_ptr<std::int64_t>();
+  for (std::int64_t i = 0; i + 1 < n; ++i) {
+    std::int64_t const last = cu_p[i + 1] - 1;
+    if (labels[last] == model::kIgnoreIndex) ++b.num_targets;
+    labels[last] = tokens[last + 1];
+    b.max_label = std::max<std::int32_t>(b.max_label, static_cast<std::int32_t>(tokens[last + 1]));
+  }
+}
+
+void expect_planted_bug_caught(DType dtype) {
+  train::RunResult const r = run_against_golden(packed_config(dtype), shift_labels_across_boundaries);
+  ASSERT_TRUE(r.comparison.has_value());
+  EXPECT_FALSE(r.comparison->passed()) << "the planted bug went unnoticed";
+  // Not only the target count: the loss itself moves beyond the tolerance at the very first step.
+  bool step0_loss_fails = false, step0_tokens_fail = false;
+  for (golden::FieldCheck const& c : r.comparison->checks) {
+    if (c.step == 0 && c.field == "loss") step0_loss_fails = !c.pass;
+    if (c.step == 0 && c.field == "tokens") step0_tokens_fail = !c.pass;
+  }
+  EXPECT_TRUE(step0_tokens_fail) << "the extra cross-boundary targets must change the step's target count";
+  EXPECT_TRUE(step0_loss_fails) << "the extra cross-boundary targets must change the step's loss";
+}
+
+TEST(E2EGolden, PlantedLabelsShiftedAcrossThePackFailTheFp64Comparison) {
+  expect_planted_bug_caught(DType::kFloat64);
+}
+
+// The fp32 tolerance is ~1e7 times wider than the fp64 one: the planted bug must still stand out of it.
+TEST(E2EGolden, PlantedLabelsShiftedAcrossThePackFailTheFp32Comparison) {
+  expect_planted_bug_caught(DType::kFloat32);
+}
+
+TEST(E2EGolden, PackedCompositeFp32StaysWithinTheFp32ToleranceOfTheFp64Golden) {
+  train::RunResult const r = run_against_golden(packed_config(DType::kFloat32));
+  ASSERT_TRUE(r.comparison.has_value());
+  std::printf("[ measured ] fp32 packed vs fp64 padded golden: max rel diff loss %.3g, grad_norm %.3g\n",
+              max_rel_diff(*r.comparison, "loss"), max_rel_diff(*r.comparison, "grad_norm"));
+  // Tolerance: train::golden_tolerance(fp32, "float64"), derived and commented in trainer/train/run.cpp.
+  EXPECT_TRUE(r.comparison->passed()) << r.comparison->verdict();
+}
+
+}  // namespace
+}  // namespace fusepack::test

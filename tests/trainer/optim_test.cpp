@@ -1,0 +1,624 @@
+// trainer/optim in fp64 on the CPU: AdamW against hand-derived values and an independent scalar loop of the torch
+// formula (weight decay, bias correction, state, checkpoint resume), the decay rule on Qwen3.5 names, the cosine
+// schedule at its key steps, clipping by global norm (below, at and above max_norm, over ranks, non-finite), and
+// step-level loss normalisation (sum / total, gradients equal to the full batch's, the per-micro-batch mean caught).
+#include "trainer/optim/adamw.h"
+#include "trainer/optim/grad_clip.h"
+#include "trainer/optim/loss_normalization.h"
+#include "trainer/optim/schedule.h"
+
+#include "tests/support/env.h"
+
+#include <ATen/ATen.h>
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace fusepack::test {
+namespace {
+
+using optim::AdamW;
+using optim::AdamWOptions;
+using optim::AdamWState;
+using optim::CosineSchedule;
+using optim::NamedParameter;
+using optim::StepLossNormalizer;
+using optim::TokenLossSum;
+
+at::TensorOptions const kF64 = at::TensorOptions().dtype(at::kDouble);
+
+at::Tensor randn(std::vector<int64_t> const& shape, std::mt19937_64& rng, double stddev = 1.0) {
+  std::normal_distribution<double> normal(0.0, stddev);
+  at::Tensor t = at::empty(shape, kF64);
+  double* p = t.data_ptr<double>();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = normal(rng);
+  return t;
+}
+
+std::vector<double> values(at::Tensor const& t) {
+  at::Tensor const c = t.detach().to(at::kDouble).contiguous();
+  return std::vector<double>(c.data_ptr<double>(), c.data_ptr<double>() + c.numel());
+}
+
+double max_abs_diff(at::Tensor const& a, at::Tensor const& b) {
+  return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
+}
+
+// `statement` must throw c10::Error whose message contains `substring`; the message is printed.
+template <typename F>
+void expect_torch_error(F&& statement, std::string const& substring) {
+  try {
+    statement();
+    ADD_FAILURE() << "expected c10::Error containing '" << substring << "'";
+  } catch (c10::Error const& e) {
+    std::string const msg = e.what_without_backtrace();
+    std::printf("[  error   ] %s\n", msg.c_str());
+    EXPECT_NE(msg.find(substring), std::string::npos) << "message: " << msg;
+  }
+}
+
+NamedParameter named(std::string name, at::Tensor value) { return {std::move(name), std::move(value)}; }
+
+void set_grad(NamedParameter const& p, at::Tensor const& g) { p.param.mutable_grad() = g.clone(); }
+
+// ------------------------------------------------------------------------------------------------------------------
+// AdamW
+
+TEST(AdamW, FirstStepMatchesHandDerivedValues) {
+  // At t = 1: m = (1-β1)·g, v = (1-β2)·g², so m̂ = g, v̂ = g² and the update is lr·g / (|g| + eps), after the
+  // decoupled decay p·(1 − lr·wd). With lr = 0.1, wd = 0.01, eps = 1e-8:
+  //   p = 1,  g = 0.5:    0.999 − 0.1·0.5/(0.5 + 1e-8)   = 0.999 − 0.1/(1 + 2e-8)  = 0.89900000199999996000...
+  //   p = −2, g = −0.25: −1.998 + 0.1·0.25/(0.25 + 1e-8) = −1.998 + 0.1/(1 + 4e-8) = −1.89800000399999984000...
+  NamedParameter const w = named("model.layers.0.mlp.up_proj.weight", at::tensor({1.0, -2.0}, kF64));
+  set_grad(w, at::tensor({0.5, -0.25}, kF64));
+  AdamWOptions options;
+  options.weight_decay = 0.01;
+  AdamW opt({w}, options);
+  opt.step(0.1);
+  std::vector<double> const p = values(w.param);
+  // fp64 rounds at 1.1e-16 relative; the handful of operations leaves the result within a few ulps of 1: 1e-15.
+  EXPECT_NEAR(p[0], 0.89900000199999996, 1e-15);
+  EXPECT_NEAR(p[1], -1.89800000399999984, 1e-15);
+  AdamWState const& s = opt.state(w.name);
+  EXPECT_EQ(s.step, 1);
+  // (1 − 0.9)·0.5 and (1 − 0.999)·0.0625; 1 − β in double is off by up to 1e-16 relative: a few ulps of each.
+  EXPECT_NEAR(values(s.exp_avg)[0], 0.05, 1e-16);
+  EXPECT_NEAR(values(s.exp_avg_sq)[1], 6.25e-5, 1e-18);
+}
+
+// The textbook AdamW loop (torch's documented algorithm), one scalar at a time, written independently of the code
+// under test: m̂ and v̂ are formed explicitly (the implementation folds the corrections into the step size and the
+// denominator). `bias_correction` and `decoupled` switch off what the test must be able to see missing.
+struct ScalarAdamW {
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01;
+  bool bias_correction = true;
+  bool decoupled = true;  // false: the L2 penalty folded into the gradient (Adam with weight_decay), a planted bug
+
+  void step(std::vector<double>& p, std::vector<double>& m, std::vector<double>& v, std::vector<double> const& g,
+            int t, double lr, bool decay) const {
+    for (std::size_t i = 0; i < p.size(); ++i) {
+      double grad = g[i];
+      if (decay && !decoupled) grad += weight_decay * p[i];
+      if (decay && decoupled) p[i] = p[i] - lr * weight_decay * p[i];
+      m[i] = beta1 * m[i] + (1 - beta1) * grad;
+      v[i] = beta2 * v[i] + (1 - beta2) * grad * grad;
+      double const m_hat = bias_correction ? m[i] / (1 - std::pow(beta1, t)) : m[i];
+      double const v_hat = bias_correction ? v[i] / (1 - std::pow(beta2, t)) : v[i];
+      p[i] = p[i] - lr * m_hat / (std::sqrt(v_hat) + eps);
+    }
+  }
+};
+
+struct ScalarParam {
+  std::vector<double> p, m, v;
+};
+
+TEST(AdamW, MatchesScalarReferenceOverTenStepsWithDecayAndBiasCorrection) {
+  auto rng = test_rng();
+  // Decayed matrices and the four kinds of undecayed 1-D parameters of a Qwen3.5 layer.
+  std::vector<NamedParameter> params = {
+      named("model.language_model.layers.0.linear_attn.in_proj_qkv.weight", randn({6, 4}, rng)),
+      named("model.language_model.layers.0.linear_attn.conv1d.weight", randn({6, 1, 4}, rng)),
+      named("model.language_model.layers.0.linear_attn.A_log", randn({3}, rng)),
+      named("model.language_model.layers.0.linear_attn.dt_bias", randn({3}, rng)),
+      named("model.language_model.layers.0.input_layernorm.weight", randn({4}, rng)),
+  };
+  std::vector<bool> const decayed = {true, true, false, false, false};
+  std::vector<ScalarParam> ref, no_bias_correction, coupled;
+  for (NamedParameter const& p : params) ref.push_back({values(p.param), std::vector<double>(p.param.numel(), 0.0),
+                                                        std::vector<double>(p.param.numel(), 0.0)});
+  no_bias_correction = coupled = ref;
+  ScalarAdamW const textbook;
+  ScalarAdamW planted_no_bias = textbook, planted_coupled = textbook;
+  planted_no_bias.bias_correction = false;
+  planted_coupled.decoupled = false;
+
+  AdamWOptions options;
+  options.weight_decay = textbook.weight_decay;
+  AdamW opt(params, options);
+  for (std::size_t i = 0; i < params.size(); ++i) ASSERT_EQ(opt.decays(params[i].name), decayed[i]) << params[i].name;
+
+  CosineSchedule const schedule{1e-2, 1e-3, 3, 10};
+  for (int t = 1; t <= 10; ++t) {
+    double const lr = schedule.lr(t - 1) + (t == 1 ? 1e-3 : 0);  // step 0 of a warmup has lr 0: give it a rate
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      at::Tensor const g = randn(params[i].param.sizes().vec(), rng);
+      set_grad(params[i], g);
+      std::vector<double> const gv = values(g);
+      textbook.step(ref[i].p, ref[i].m, ref[i].v, gv, t, lr, decayed[i]);
+      planted_no_bias.step(no_bias_correction[i].p, no_bias_correction[i].m, no_bias_correction[i].v, gv, t, lr,
+                           decayed[i]);
+      planted_coupled.step(coupled[i].p, coupled[i].m, coupled[i].v, gv, t, lr, decayed[i]);
+    }
+    opt.step(lr);
+  }
+  // fp64 rounds at 1.1e-16; the two orders of the same operations differ by a few ulps per step, ten steps by a few
+  // dozen on values of order 1: 1e-13. The planted variants below differ by 1e-4 or more.
+  double constexpr kTol = 1e-13;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    at::Tensor const expected = at::tensor(ref[i].p, kF64).view(params[i].param.sizes());
+    EXPECT_LE(max_abs_diff(params[i].param, expected), kTol) << params[i].name;
+    AdamWState const& s = opt.state(params[i].name);
+    EXPECT_EQ(s.step, 10);
+    EXPECT_LE(max_abs_diff(s.exp_avg.flatten(), at::tensor(ref[i].m, kF64)), kTol) << params[i].name;
+    EXPECT_LE(max_abs_diff(s.exp_avg_sq.flatten(), at::tensor(ref[i].v, kF64)), kTol) << params[i].name;
+  }
+  // The comparison can fail: without bias correction every parameter lands elsewhere; coupled (L2) decay moves the
+  // decayed ones.
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    at::Tensor const p = params[i].param.flatten();
+    EXPECT_GT(max_abs_diff(p, at::tensor(no_bias_correction[i].p, kF64)), 1e3 * kTol) << params[i].name;
+    if (decayed[i]) {
+      EXPECT_GT(max_abs_diff(p, at::tensor(coupled[i].p, kF64)), 1e3 * kTol) << params[i].name;
+    }
+  }
+}
+
+TEST(AdamW, Fp32ParametersMatchTheFp64Reference) {
+  auto rng = test_rng();
+  at::Tensor const init = randn({64}, rng);
+  NamedParameter const w = named("lm_head.weight", init.to(at::kFloat));
+  ScalarParam ref{values(init.to(at::kFloat)), std::vector<double>(64, 0.0), std::vector<double>(64, 0.0)};
+  ScalarAdamW const textbook;
+  AdamWOptions options;
+  options.weight_decay = textbook.weight_decay;
+  AdamW opt({w}, options);
+  for (int t = 1; t <= 10; ++t) {
+    at::Tensor const g = randn({64}, rng).to(at::kFloat);  // the fp32 gradient both sides see
+    set_grad(w, g);
+    textbook.step(ref.p, ref.m, ref.v, values(g), t, 1e-2, true);
+    opt.step(1e-2);
+  }
+  // fp32 rounds at 6e-8 relative; parameters of order 1 (|p| < 5) take ten roundings plus m, v and the division,
+  // each contributing at most a few 1e-7: 2e-6. Steps of lr = 1e-2 are 5e3 times that.
+  EXPECT_LE(max_abs_diff(w.param, at::tensor(ref.p, kF64)), 2e-6);
+}
+
+TEST(AdamW, DecayRuleFollowsHfTrainerAndExcludesALog) {
+  struct Case {
+    std::string name;
+    std::vector<int64_t> shape;  // Qwen3.5-27B's
+    bool hf_decays;
+    bool qwen35_decays;
+  };
+  std::string const L = "model.language_model.layers.0.";
+  std::vector<Case> const cases = {
+      {"model.language_model.embed_tokens.weight", {248320, 5120}, true, true},
+      {"model.language_model.norm.weight", {5120}, false, false},
+      {"lm_head.weight", {248320, 5120}, true, true},
+      {L + "linear_attn.in_proj_qkv.weight", {10240, 5120}, true, true},
+      {L + "linear_attn.in_proj_z.weight", {6144, 5120}, true, true},
+      {L + "linear_attn.in_proj_b.weight", {48, 5120}, true, true},
+      {L + "linear_attn.in_proj_a.weight", {48, 5120}, true, true},
+      {L + "linear_attn.conv1d.weight", {10240, 1, 4}, true, true},
+      {L + "linear_attn.dt_bias", {48}, false, false},
+      {L + "linear_attn.A_log", {48}, true, false},  // the one difference: HF Trainer decays A_log
+      {L + "linear_attn.norm.weight", {128}, false, false},
+      {L + "linear_attn.out_proj.weight", {5120, 6144}, true, true},
+      {L + "input_layernorm.weight", {5120}, false, false},
+      {L + "post_attention_layernorm.weight", {5120}, false, false},
+      {L + "mlp.gate_proj.weight", {17408, 5120}, true, true},
+      {L + "mlp.down_proj.weight", {5120, 17408}, true, true},
+      {"model.language_model.layers.3.self_attn.q_proj.weight", {12288, 5120}, true, true},
+      {"model.language_model.layers.3.self_attn.q_norm.weight", {256}, false, false},
+      {"model.language_model.layers.3.self_attn.k_norm.weight", {256}, false, false},
+      {"model.language_model.layers.3.self_attn.o_proj.weight", {5120, 6144}, true, true},
+      {"encoder.layer.0.attention.output.dense.bias", {768}, false, false},  // a BERT bias: "bias"
+      {"encoder.layer.0.attention.output.LayerNorm.weight", {768}, false, false},  // lower-cased "layernorm"
+      {"model.normalizer.weight", {8, 8}, true, true},  // "norm" only as a whole path component
+  };
+  for (Case const& c : cases) {
+    EXPECT_EQ(optim::hf_trainer_decays(c.name), c.hf_decays) << c.name;
+    EXPECT_EQ(optim::qwen35_decays(c.name), c.qwen35_decays) << c.name;
+    // The header's claim: for Qwen3.5 names, decay iff 2 or more dimensions.
+    if (c.name.rfind("model.language_model.", 0) == 0 || c.name == "lm_head.weight") {
+      EXPECT_EQ(optim::qwen35_decays(c.name), c.shape.size() >= 2) << c.name;
+    }
+  }
+}
+
+TEST(AdamW, ParametersExcludedFromDecayAreNotDecayed) {
+  // A zero gradient makes m = v = 0 and the Adam update 0 / (0 + eps) = 0: only the decay p·(1 − lr·wd) remains.
+  std::vector<NamedParameter> const params = {named("model.layers.0.mlp.up_proj.weight", at::full({2, 2}, 2.0, kF64)),
+                                              named("model.layers.0.linear_attn.A_log", at::full({2}, 2.0, kF64)),
+                                              named("model.layers.0.input_layernorm.weight", at::full({2}, 2.0, kF64))};
+  for (NamedParameter const& p : params) set_grad(p, at::zeros_like(p.param));
+  AdamWOptions options;
+  options.weight_decay = 0.1;
+  AdamW opt(params, options);
+  opt.step(0.5);
+  EXPECT_EQ(values(params[0].param)[0], 2.0 * (1 - 0.5 * 0.1));  // the same double operations: exact
+  EXPECT_EQ(values(params[1].param)[0], 2.0);
+  EXPECT_EQ(values(params[2].param)[0], 2.0);
+
+  // The rule is the caller's to change: HF Trainer's decays A_log.
+  NamedParameter const a_log = named("model.layers.0.linear_attn.A_log", at::full({2}, 2.0, kF64));
+  set_grad(a_log, at::zeros_like(a_log.param));
+  options.decays = optim::hf_trainer_decays;
+  AdamW hf({a_log}, options);
+  hf.step(0.5);
+  EXPECT_EQ(values(a_log.param)[0], 2.0 * (1 - 0.5 * 0.1));
+}
+
+TEST(AdamW, StateRestoredFromACheckpointContinuesBitForBit) {
+  auto rng = test_rng();
+  NamedParameter const a = named("model.layers.0.mlp.up_proj.weight", randn({3, 5}, rng));
+  NamedParameter const b = named("model.norm.weight", randn({5}, rng));
+  AdamW first({a, b}, AdamWOptions{});
+  std::vector<std::vector<at::Tensor>> grads;
+  for (int t = 0; t < 5; ++t) grads.push_back({randn({3, 5}, rng), randn({5}, rng)});
+  for (int t = 0; t < 3; ++t) {
+    set_grad(a, grads[t][0]);
+    set_grad(b, grads[t][1]);
+    first.step(1e-2);
+  }
+  // A checkpoint: parameters and state copied out, loaded into a fresh optimizer over fresh tensors.
+  NamedParameter const a2 = named(a.name, a.param.clone()), b2 = named(b.name, b.param.clone());
+  AdamW resumed({a2, b2}, AdamWOptions{});
+  for (std::string const& name : {a.name, b.name}) {
+    AdamWState const& s = first.state(name);
+    resumed.load_state(name, AdamWState{s.step, s.exp_avg.clone(), s.exp_avg_sq.clone()});
+  }
+  for (int t = 3; t < 5; ++t) {
+    set_grad(a, grads[t][0]);
+    set_grad(b, grads[t][1]);
+    set_grad(a2, grads[t][0]);
+    set_grad(b2, grads[t][1]);
+    first.step(1e-2);
+    resumed.step(1e-2);
+  }
+  EXPECT_TRUE(at::equal(a.param, a2.param));
+  EXPECT_TRUE(at::equal(b.param, b2.param));
+  EXPECT_EQ(resumed.state(a.name).step, 5);
+  expect_torch_error([&] { resumed.load_state(a.name, AdamWState{1, at::zeros({5}, kF64), at::zeros({3, 5}, kF64)}); },
+                     "exp_avg has shape [5]");
+}
+
+TEST(AdamW, RejectsBadParametersGradientsAndOptions) {
+  NamedParameter const w = named("w", at::ones({2}, kF64));
+  NamedParameter const v = named("v", at::ones({2}, kF64));
+  expect_torch_error([&] { AdamW({w, named("w", at::ones({2}, kF64))}, AdamWOptions{}); }, "registered twice");
+  expect_torch_error([&] { AdamW({w, named("lm_head.weight", w.param)}, AdamWOptions{}); }, "same tensor");
+  expect_torch_error([&] { AdamW({named("b", at::ones({2}, at::kBFloat16))}, AdamWOptions{}); }, "fp32 master");
+  AdamWOptions bad;
+  bad.beta2 = 1.0;
+  expect_torch_error([&] { AdamW({w}, bad); }, "beta2 must be in [0, 1)");
+
+  AdamW opt({w, v}, AdamWOptions{});
+  set_grad(w, at::ones({2}, kF64));
+  expect_torch_error([&] { opt.step(1e-3); }, "parameter 'v' has no gradient");
+  EXPECT_TRUE(at::equal(w.param, at::ones({2}, kF64))) << "a rejected step must leave every parameter alone";
+  EXPECT_FALSE(opt.has_state("w"));
+  set_grad(v, at::ones({2}, at::kFloat));
+  expect_torch_error([&] { opt.step(1e-3); }, "gradient of 'v' has dtype Float");
+  set_grad(v, at::ones({3}, kF64));
+  expect_torch_error([&] { opt.step(1e-3); }, "gradient of 'v' has shape [3]");
+  set_grad(v, at::ones({2}, kF64));
+  expect_torch_error([&] { opt.step(-1e-3); }, "lr must be finite and >= 0");
+  expect_torch_error([&] { opt.state("w"); }, "no state yet");
+  expect_torch_error([&] { opt.decays("nope"); }, "no parameter named 'nope'");
+}
+
+// ------------------------------------------------------------------------------------------------------------------
+// CosineSchedule
+
+TEST(CosineSchedule, KeyStepsMatchHandDerivedValues) {
+  // peak 1e-3, min 1e-4 (r = 0.1), W = 10 warmup steps, N = 110 steps:
+  //   lr(0)   = 1e-3 · 0/10 = 0                    (HF: the first update has rate 0)
+  //   lr(5)   = 1e-3 · 5/10 = 5e-4
+  //   lr(10)  = p = 0:    c = 1,            1e-3 · (1·0.9 + 0.1)                = 1e-3
+  //   lr(35)  = p = 0.25: c = (1 + √2/2)/2 = 0.85355339059327373, 1e-3 · (0.9c + 0.1) = 8.6819805153394636e-4
+  //   lr(60)  = p = 0.5:  c = 0.5 (cos(π/2) = 6e-17), 1e-3 · (0.45 + 0.1)       = 5.5e-4
+  //   lr(110) = p = 1:    c = 0 (cos(π) = −1 exactly), 1e-3 · 0.1               = 1e-4 = min_lr
+  CosineSchedule const s{1e-3, 1e-4, 10, 110};
+  // A few ulps of 1e-3 (2.2e-19 each): 1e-18.
+  double constexpr kTol = 1e-18;
+  EXPECT_EQ(s.lr(0), 0.0);
+  EXPECT_NEAR(s.lr(5), 5e-4, kTol);
+  EXPECT_NEAR(s.lr(10), 1e-3, kTol);
+  EXPECT_NEAR(s.lr(35), 8.6819805153394636e-4, kTol);
+  EXPECT_NEAR(s.lr(60), 5.5e-4, kTol);
+  EXPECT_NEAR(s.lr(110), 1e-4, kTol);
+}
+
+TEST(CosineSchedule, WithoutWarmupStartsAtPeakAndDecaysToZeroByDefault) {
+  CosineSchedule const s{2e-5, 0.0, 0, 4};
+  // p = s/4: c = 1, (1 + √2/2)/2, 1/2, (1 − √2/2)/2, 0.
+  EXPECT_NEAR(s.lr(0), 2e-5, 1e-20);
+  EXPECT_NEAR(s.lr(1), 2e-5 * 0.85355339059327373, 1e-20);
+  EXPECT_NEAR(s.lr(2), 1e-5, 1e-20);
+  EXPECT_NEAR(s.lr(3), 2e-5 * 0.14644660940672624, 1e-20);
+  EXPECT_EQ(s.lr(4), 0.0);
+}
+
+TEST(CosineSchedule, RisesThroughWarmupThenNeverRises) {
+  CosineSchedule const s{3e-4, 3e-5, 7, 50};
+  for (int64_t step = 1; step <= s.total_steps; ++step) {
+    if (step <= s.warmup_steps) {
+      EXPECT_GT(s.lr(step), s.lr(step - 1)) << "step " << step;
+    } else {
+      EXPECT_LE(s.lr(step), s.lr(step - 1)) << "step " << step;
+    }
+    // After warmup the rate stays within [min_lr, peak_lr] (to the rounding of r = min_lr / peak_lr: 1e-15).
+    if (step >= s.warmup_steps) {
+      EXPECT_GE(s.lr(step), s.min_lr * (1 - 1e-15)) << "step " << step;
+    }
+    EXPECT_LE(s.lr(step), s.peak_lr) << "step " << step;
+  }
+}
+
+TEST(CosineSchedule, StepsOutsideTheRunAndBadSettingsAreErrors) {
+  CosineSchedule const s{1e-3, 0.0, 2, 10};
+  EXPECT_THROW(s.lr(-1), std::out_of_range);
+  EXPECT_THROW(s.lr(11), std::out_of_range);
+  auto expect_invalid = [](CosineSchedule const& bad, std::string const& field) {
+    try {
+      bad.validate();
+      ADD_FAILURE() << "expected std::invalid_argument naming " << field;
+    } catch (std::invalid_argument const& e) {
+      std::printf("[  error   ] %s\n", e.what());
+      EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
+    }
+  };
+  expect_invalid({0.0, 0.0, 0, 10}, "peak_lr");
+  expect_invalid({1e-3, 2e-3, 0, 10}, "min_lr");
+  expect_invalid({1e-3, 0.0, 11, 10}, "warmup_steps");
+  expect_invalid({1e-3, 0.0, 0, 0}, "total_steps");
+}
+
+// ------------------------------------------------------------------------------------------------------------------
+// Gradient clipping
+
+// Gradients [3, 4] and [12]: norms 5 and 12, global norm sqrt(25 + 144) = 13, every value exact in fp64.
+std::vector<NamedParameter> three_four_twelve() {
+  std::vector<NamedParameter> params = {named("a", at::zeros({2}, kF64)), named("b", at::zeros({1}, kF64))};
+  set_grad(params[0], at::tensor({3.0, 4.0}, kF64));
+  set_grad(params[1], at::tensor({12.0}, kF64));
+  return params;
+}
+
+TEST(ClipGradNorm, BelowMaxNormLeavesGradientsUntouched) {
+  std::vector<NamedParameter> const params = three_four_twelve();
+  EXPECT_EQ(optim::clip_grad_norm(params, 26.0), 13.0);
+  EXPECT_EQ(values(params[0].param.grad()), (std::vector<double>{3.0, 4.0}));
+  EXPECT_EQ(values(params[1].param.grad()), (std::vector<double>{12.0}));
+}
+
+TEST(ClipGradNorm, AboveMaxNormScalesByMaxNormOverNormPlusEps) {
+  std::vector<NamedParameter> const params = three_four_twelve();
+  EXPECT_EQ(optim::clip_grad_norm(params, 6.5), 13.0);  // the norm before clipping
+  double const factor = 6.5 / (13.0 + 1e-6);            // torch's; the same double operations: exact
+  EXPECT_EQ(values(params[0].param.grad()), (std::vector<double>{3.0 * factor, 4.0 * factor}));
+  EXPECT_EQ(values(params[1].param.grad()), (std::vector<double>{12.0 * factor}));
+  EXPECT_NEAR(optim::grad_norm(params), 6.5, 1e-6);  // = 13·factor = 6.5·(1 − 7.7e-8)
+}
+
+TEST(ClipGradNorm, AtExactlyMaxNormScalesLikeTorch) {
+  // torch clamps max_norm / (norm + 1e-6) at 1, so a norm equal to max_norm is still scaled, by 13 / 13.000001.
+  std::vector<NamedParameter> const params = three_four_twelve();
+  EXPECT_EQ(optim::clip_grad_norm(params, 13.0), 13.0);
+  EXPECT_EQ(values(params[1].param.grad())[0], 12.0 * (13.0 / (13.0 + 1e-6)));
+}
+
+TEST(ClipGradNorm, NormIsTheL2NormOverEveryGradient) {
+  auto rng = test_rng();
+  std::vector<NamedParameter> params;
+  double sum_sq = 0;
+  for (int i = 0; i < 5; ++i) {
+    params.push_back(named("p" + std::to_string(i), at::zeros({7, i + 1}, kF64)));
+    at::Tensor const g = randn({7, i + 1}, rng);
+    set_grad(params.back(), g);
+    for (double x : values(g)) sum_sq += x * x;
+  }
+  // The same sum in another order (per-tensor norms, squared): a few ulps of a value of order 10: 1e-13.
+  EXPECT_NEAR(optim::grad_norm(params), std::sqrt(sum_sq), 1e-13);
+}
+
+TEST(ClipGradNorm, SumsSquaresOverRanksThroughTheCallback) {
+  // This rank holds [3, 4] (sum of squares 25); the other rank's [12] contributes 144.
+  std::vector<NamedParameter> params = three_four_twelve();
+  params.pop_back();
+  int calls = 0;
+  optim::AllReduceSum const other_rank = [&](at::Tensor& t) {
+    ++calls;
+    EXPECT_EQ(t.scalar_type(), at::kDouble);
+    EXPECT_EQ(t.dim(), 0);
+    t.add_(144.0);
+  };
+  EXPECT_EQ(optim::clip_grad_norm(params, 6.5, other_rank), 13.0);
+  EXPECT_EQ(calls, 1);
+  double const factor = 6.5 / (13.0 + 1e-6);
+  EXPECT_EQ(values(params[0].param.grad()), (std::vector<double>{3.0 * factor, 4.0 * factor}));
+}
+
+TEST(ClipGradNorm, NonFiniteNormNamesTheParameterAndTouchesNothing) {
+  std::vector<NamedParameter> const params = three_four_twelve();
+  params[1].param.grad().fill_(std::nan(""));
+  try {
+    optim::clip_grad_norm(params, 1.0);
+    ADD_FAILURE() << "expected NonFiniteGradNorm";
+  } catch (optim::NonFiniteGradNorm const& e) {
+    std::printf("[  error   ] %s\n", e.what());
+    EXPECT_EQ(e.parameter(), "b");
+    EXPECT_TRUE(std::isnan(e.norm()));
+  }
+  EXPECT_EQ(values(params[0].param.grad()), (std::vector<double>{3.0, 4.0}));
+  // Finite here, infinite on another rank: the error says so.
+  std::vector<NamedParameter> const finite = three_four_twelve();
+  try {
+    optim::grad_norm(finite, [](at::Tensor& t) { t.fill_(INFINITY); });
+    ADD_FAILURE() << "expected NonFiniteGradNorm";
+  } catch (optim::NonFiniteGradNorm const& e) {
+    std::printf("[  error   ] %s\n", e.what());
+    EXPECT_EQ(e.parameter(), "");
+    EXPECT_NE(std::string(e.what()).find("another rank"), std::string::npos);
+  }
+  expect_torch_error([&] { optim::clip_grad_norm(finite, 0.0); }, "max_norm must be finite and > 0");
+  std::vector<NamedParameter> const no_grad = {named("c", at::zeros({2}, kF64))};
+  expect_torch_error([&] { optim::grad_norm(no_grad); }, "parameter 'c' has no gradient");
+}
+
+// ------------------------------------------------------------------------------------------------------------------
+// Loss normalisation
+
+TEST(StepLossNormalizer, TwoMicroBatchesGiveTheirSumOverTheTotal) {
+  // Micro-batch 0: 3 targets whose losses sum to 6; micro-batch 1: 5 targets summing to 4. The step's loss is
+  // (6 + 4) / 8 = 1.25, each micro-batch contributing its sum / 8. The per-micro-batch mean would give
+  // (6/3 + 4/5) / 2 = 1.4 instead: the two differ whenever micro-batches hold different target counts.
+  StepLossNormalizer norm({3, 5});
+  EXPECT_EQ(norm.global_targets(), 8);
+  at::Tensor const l0 = norm.normalize(TokenLossSum::from_sum(at::scalar_tensor(6.0, kF64), 3));
+  at::Tensor const l1 = norm.normalize(TokenLossSum::from_sum(at::scalar_tensor(4.0, kF64), 5));
+  EXPECT_EQ(l0.item<double>(), 6.0 / 8);
+  EXPECT_EQ(l1.item<double>(), 4.0 / 8);
+  EXPECT_EQ(norm.step_loss(), 1.25);
+  double const mean_of_means = (6.0 / 3 + 4.0 / 5) / 2;
+  EXPECT_GT(std::fabs(mean_of_means - norm.step_loss()), 0.1);
+}
+
+// A linear model W [V, D] (logits = x·Wᵀ) and micro-batches of 3 and 7 targets (plus ignored positions).
+struct TinyLm {
+  at::Tensor weight;               // [V, D], requires grad
+  std::vector<at::Tensor> inputs;  // [n_i, D] per micro-batch
+  std::vector<at::Tensor> labels;  // [n_i] int64, -100 on ignored positions
+};
+
+TinyLm tiny_lm(std::mt19937_64& rng) {
+  int64_t const V = 11, D = 6;
+  TinyLm lm;
+  lm.weight = randn({V, D}, rng).requires_grad_();
+  std::uniform_int_distribution<int64_t> token(0, V - 1);
+  // (positions, targets): 5 positions of which 3 supervised, 9 of which 7.
+  std::vector<std::pair<int64_t, int64_t>> const shapes = {{5, 3}, {9, 7}};
+  for (auto const& [n, targets] : shapes) {
+    lm.inputs.push_back(randn({n, D}, rng));
+    std::vector<int64_t> lab(n, packing::kIgnoreIndex);
+    for (int64_t i = 0; i < targets; ++i) lab[i] = token(rng);
+    lm.labels.push_back(at::tensor(lab, at::TensorOptions().dtype(at::kLong)));
+  }
+  return lm;
+}
+
+at::Tensor grad_of(at::Tensor const& weight) {
+  at::Tensor g = weight.grad().clone();
+  weight.mutable_grad().reset();
+  return g;
+}
+
+TEST(StepLossNormalizer, GradientEqualsTheFullBatchGradientAndCatchesTheMeanOfMeans) {
+  auto rng = test_rng();
+  TinyLm lm = tiny_lm(rng);
+  // The target: one batch holding every micro-batch, Σ CE / all targets.
+  at::Tensor const all_x = at::cat(lm.inputs), all_labels = at::cat(lm.labels);
+  at::Tensor const full_loss = at::cross_entropy_loss(at::matmul(all_x, lm.weight.t()), all_labels, {},
+                                                      at::Reduction::Mean, packing::kIgnoreIndex);
+  full_loss.backward();
+  at::Tensor const full_grad = grad_of(lm.weight);
+
+  // The helper: count first, then sum / global count per micro-batch.
+  StepLossNormalizer norm({optim::count_targets(lm.labels[0]), optim::count_targets(lm.labels[1])});
+  EXPECT_EQ(norm.global_targets(), 10);
+  for (std::size_t i = 0; i < lm.inputs.size(); ++i) {
+    norm.normalize(optim::cross_entropy_sum(at::matmul(lm.inputs[i], lm.weight.t()), lm.labels[i])).backward();
+  }
+  at::Tensor const helper_grad = grad_of(lm.weight);
+
+  // Planted: each micro-batch's mean, averaged over micro-batches (gradient accumulation without num_items).
+  for (std::size_t i = 0; i < lm.inputs.size(); ++i) {
+    at::Tensor const mean = at::cross_entropy_loss(at::matmul(lm.inputs[i], lm.weight.t()), lm.labels[i], {},
+                                                   at::Reduction::Mean, packing::kIgnoreIndex);
+    (mean / static_cast<double>(lm.inputs.size())).backward();
+  }
+  at::Tensor const planted_grad = grad_of(lm.weight);
+
+  // fp64, the same terms summed in two groupings: a few ulps of gradients of order 1: 1e-14.
+  double constexpr kTol = 1e-14;
+  EXPECT_NEAR(norm.step_loss(), full_loss.item<double>(), kTol);
+  EXPECT_LE(max_abs_diff(helper_grad, full_grad), kTol);
+  // The check fails for the per-micro-batch mean: with 3 and 7 targets its weights are 1/6 and 1/14, not 1/10.
+  double const planted_error = max_abs_diff(planted_grad, full_grad);
+  std::printf("[  info    ] per-micro-batch mean: gradient off by %.3e (tolerance %.0e)\n", planted_error, kTol);
+  EXPECT_GT(planted_error, 1e6 * kTol);
+}
+
+TEST(StepLossNormalizer, CountsTargetsOverRanksThroughTheCallback) {
+  // This rank: micro-batches of 2 and 6 targets (sums 1 and 3); the other rank: 12 targets summing to 16.
+  // Global: 20 targets, loss (1 + 3 + 16) / 20 = 1.
+  std::vector<std::string> calls;
+  optim::AllReduceSum const other_rank = [&](at::Tensor& t) {
+    calls.push_back(std::string(c10::toString(t.scalar_type())));
+    if (t.scalar_type() == at::kLong) {
+      t.add_(12);
+    } else {
+      t.add_(16.0);
+    }
+  };
+  StepLossNormalizer norm({2, 6}, other_rank);
+  EXPECT_EQ(norm.local_targets(), 8);
+  EXPECT_EQ(norm.global_targets(), 20);
+  EXPECT_EQ(norm.normalize(TokenLossSum::from_sum(at::scalar_tensor(1.0, kF64), 2)).item<double>(), 1.0 / 20);
+  EXPECT_EQ(norm.normalize(TokenLossSum::from_sum(at::scalar_tensor(3.0, kF64), 6)).item<double>(), 3.0 / 20);
+  EXPECT_EQ(norm.step_loss(), 1.0);
+  EXPECT_EQ(calls, (std::vector<std::string>{"Long", "Double"}));
+}
+
+TEST(StepLossNormalizer, RejectsWhatWouldBreakTheNormalisation) {
+  expect_torch_error([] { StepLossNormalizer({0, 0}); }, "no target token on any rank");
+  expect_torch_error([] { StepLossNormalizer({3, -1}); }, "micro-batch 1 has -1 targets");
+  StepLossNormalizer norm({3, 5});
+  at::Tensor const sum = at::scalar_tensor(1.0, kF64);
+  // The forward supervised other targets than were counted.
+  expect_torch_error([&] { norm.normalize(TokenLossSum::from_sum(sum, 4)); }, "micro-batch 0 sums over 4 targets but 3");
+  norm.normalize(TokenLossSum::from_sum(sum, 3));
+  expect_torch_error([&] { norm.step_loss(); }, "1 of 2 counted micro-batches");
+  norm.normalize(TokenLossSum::from_sum(sum, 5));
+  expect_torch_error([&] { norm.normalize(TokenLossSum::from_sum(sum, 5)); }, "already normalised");
+  expect_torch_error([&] { TokenLossSum::from_sum(at::ones({2}, kF64), 2); }, "must be a 0-dim tensor");
+  expect_torch_error([] { StepLossNormalizer({3}, [](at::Tensor& t) { t.fill_(1); }); }, "must SUM");
+}
+
+TEST(CrossEntropySum, MatchesHandComputedValues) {
+  // Row 0: logits 0, 0, 0 and target 2: CE = log 3. Row 1: ignored. Row 2: logits log 1, log 2, log 5 (softmax
+  // 1/8, 2/8, 5/8) and target 1: CE = log 4. Sum log 12 over 2 targets.
+  at::Tensor const logits = at::tensor({0.0, 0.0, 0.0, 7.0, 8.0, 9.0, 0.0, std::log(2.0), std::log(5.0)}, kF64)
+                                .view({3, 3});
+  at::Tensor const labels = at::tensor({2, -100, 1}, at::TensorOptions().dtype(at::kInt));
+  TokenLossSum const l = optim::cross_entropy_sum(logits, labels);
+  EXPECT_EQ(l.targets, 2);
+  EXPECT_EQ(l.sum.scalar_type(), at::kDouble);  // fp64 stays fp64
+  EXPECT_NEAR(l.sum.item<double>(), std::log(12.0), 1e-15);  // log-sum-exp in fp64: a few ulps of 2.5
+  // Leading dimensions are flattened: [1, 3, 3] logits with [1, 3] labels give the same.
+  EXPECT_EQ(optim::cross_entropy_sum(logits.unsqueeze(0), labels.unsqueeze(0)).sum.item<double>(), l.sum.item<double>());
+  // bf16 logits are upcast to fp32 as HF does.
+  EXPECT_EQ(optim::cross_entropy_sum(logits.to(at::kBFloat16), labels).sum.scalar_type(), at::kFloat);
+  expect_torch_error([&] { optim::cross_entropy_sum(logits, labels.slice(0, 0, 2)); }, "leading dimensions");
+}
+
+}  // namespace
+}  // namespace fusepack::test

@@ -1,0 +1,86 @@
+// Checkpoints in the Hugging Face format: safetensors files (8-byte little-endian header length N, an N-byte JSON
+// header {name: {dtype, shape, data_offsets: [begin, end]}, "__metadata__": {str: str}}, then the byte buffer) and
+// sharded folders (model.safetensors.index.json {"metadata": {...}, "weight_map": {name: file}}). CPU tensors only.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace fusepack::checkpoint {
+
+using TensorMap = std::map<std::string, at::Tensor>;  // name → tensor, in name order
+using Metadata = std::map<std::string, std::string>;
+// Which tensors to read: called once per tensor name of the checkpoint; false = its bytes are never read. Empty = all.
+using NameFilter = std::function<bool(std::string const& name)>;
+
+inline constexpr char kSingleFile[] = "model.safetensors";
+inline constexpr char kIndexFile[] = "model.safetensors.index.json";
+// The safetensors library refuses larger headers (a guard against files that would make a parser allocate without
+// bound); fusepack does the same.
+inline constexpr std::int64_t kMaxHeaderBytes = 100'000'000;
+
+// One tensor as the header describes it. Safetensors dtypes read and written: F64, F32, F16, BF16, I64, I32, I16, I8,
+// U8, BOOL.
+struct TensorInfo {
+  std::string name;
+  at::ScalarType dtype;
+  std::vector<std::int64_t> shape;  // [] for a 0-dim tensor; a 0 anywhere for an empty one (no bytes)
+  std::int64_t begin = 0;           // byte range [begin, end) in the buffer that follows the header
+  std::int64_t end = 0;
+};
+
+struct SafetensorsHeader {
+  std::vector<TensorInfo> tensors;  // ascending begin (the JSON object's order means nothing)
+  Metadata metadata;                // "__metadata__", empty when absent
+  std::int64_t data_start = 0;      // file offset of the buffer: 8 + N
+};
+
+struct Safetensors {
+  TensorMap tensors;               // contiguous CPU tensors
+  Metadata metadata;               // the file's "__metadata__", or the index's "metadata" (non-strings as JSON text)
+  std::vector<std::string> files;  // the safetensors files read, in reading order
+};
+
+// The header alone, fully validated: N fits in the file and under kMaxHeaderBytes; the header is a JSON object
+// without duplicate names; every entry has a known dtype, a shape of non-negative integers and data_offsets whose
+// length is numel × element size; the entries tile the buffer exactly (no overlap, no gap, nothing after the last).
+// Throws std::runtime_error "safetensors <path>: [tensor '<name>': ]<problem>, expected <x>, got <y>".
+SafetensorsHeader read_safetensors_header(std::string const& path);
+
+// The tensors `filter` keeps, each read straight from the file into its own tensor (one copy in memory, never the
+// whole file). Throws as read_safetensors_header, and when a BOOL tensor holds a byte other than 0 or 1.
+Safetensors read_safetensors(std::string const& path, NameFilter const& filter = {});
+
+// `path` is a safetensors file, or a folder holding kIndexFile (sharded: each shard read once; every weight_map entry
+// must be in the shard it names and every tensor of a shard in weight_map) or else kSingleFile.
+Safetensors read_checkpoint(std::string const& path, NameFilter const& filter = {});
+
+// Writes `tensors` (any device, layout or supported dtype; each is copied to contiguous CPU memory one at a time) with
+// the header padded by spaces to a multiple of 8 bytes and the buffer ordered by element size, then name, so every
+// tensor starts aligned to its element size. Goes through "<path>.tmp" and a rename: no half-written file at `path`.
+void write_safetensors(std::string const& path, TensorMap const& tensors, Metadata const& metadata = {});
+
+// A checkpoint folder transformers' from_pretrained loads: kSingleFile when the tensors' bytes fit in max_shard_bytes
+// (0 = no limit), else shards "model-00001-of-0000K.safetensors" filled in name order (a tensor larger than the limit
+// gets a shard of its own) plus kIndexFile with metadata.total_size = the tensors' bytes. Each file carries
+// `metadata` (transformers wants "format": "pt"). Creates the folder; removes checkpoint files of an earlier save
+// there that this one does not overwrite (kSingleFile, kIndexFile, model-NNNNN-of-NNNNN.safetensors), as transformers'
+// save_pretrained does. Returns the file names written.
+std::vector<std::string> write_checkpoint(std::string const& dir, TensorMap const& tensors,
+                                          std::int64_t max_shard_bytes = 0,
+                                          Metadata const& metadata = {{"format", "pt"}});
+
+// For loaders: throws std::runtime_error "tensor '<name>': shape [2, 3] does not match the expected [3, 3]
+// (dimension 0: expected 3, got 2)" or "...: dtype BFloat16 does not match the expected Float".
+void check_tensor(std::string const& name, at::Tensor const& tensor, c10::IntArrayRef expected_shape,
+                  at::ScalarType expected_dtype);
+
+// "F32" for at::kFloat, and so on; throws std::invalid_argument for a dtype safetensors files here do not hold.
+std::string safetensors_dtype_name(at::ScalarType dtype);
+
+}  // namespace fusepack::checkpoint

@@ -1,0 +1,490 @@
+#include "trainer/model/config.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+namespace fusepack::model {
+
+char const* layer_type_name(LayerType type) {
+  switch (type) {
+    case LayerType::kLinearAttention: return "linear_attention";
+    case LayerType::kFullAttention: return "full_attention";
+  }
+  return "?";
+}
+
+LayerType parse_layer_type(std::string const& name) {
+  if (name == "linear_attention") return LayerType::kLinearAttention;
+  if (name == "full_attention") return LayerType::kFullAttention;
+  throw std::invalid_argument("unknown layer type '" + name + "' (known: linear_attention, full_attention)");
+}
+
+std::int64_t Qwen35Config::rotary_dim() const {
+  return static_cast<std::int64_t>(static_cast<double>(head_dim) * partial_rotary_factor);
+}
+std::int64_t Qwen35Config::linear_key_dim() const { return linear_num_key_heads * linear_key_head_dim; }
+std::int64_t Qwen35Config::linear_value_dim() const { return linear_num_value_heads * linear_value_head_dim; }
+std::int64_t Qwen35Config::linear_conv_dim() const { return 2 * linear_key_dim() + linear_value_dim(); }
+std::int64_t Qwen35Config::num_layers_of(LayerType type) const {
+  std::int64_t n = 0;
+  for (LayerType t : layer_types) n += t == type;
+  return n;
+}
+
+std::vector<LayerType> Qwen35Config::derived_layer_types(std::int64_t num_hidden_layers,
+                                                         std::int64_t full_attention_interval) {
+  if (full_attention_interval <= 0) {
+    throw std::invalid_argument("full_attention_interval must be positive to derive layer_types; got " +
+                                std::to_string(full_attention_interval));
+  }
+  std::vector<LayerType> types;
+  for (std::int64_t i = 0; i < num_hidden_layers; ++i) {
+    types.push_back((i + 1) % full_attention_interval == 0 ? LayerType::kFullAttention : LayerType::kLinearAttention);
+  }
+  return types;
+}
+
+void Qwen35Config::validate() const {
+  std::vector<std::string> broken;
+  auto rule = [&](bool ok, auto&&... what) {
+    if (ok) return;
+    std::ostringstream os;
+    (os << ... << what);
+    broken.push_back(os.str());
+  };
+  auto positive = [&](char const* name, std::int64_t v) { rule(v > 0, name, " must be positive; got ", v); };
+  positive("hidden_size", hidden_size);
+  positive("intermediate_size", intermediate_size);
+  positive("vocab_size", vocab_size);
+  positive("num_hidden_layers", num_hidden_layers);
+  positive("num_attention_heads", num_attention_heads);
+  positive("num_key_value_heads", num_key_value_heads);
+  positive("head_dim", head_dim);
+  positive("linear_num_key_heads", linear_num_key_heads);
+  positive("linear_num_value_heads", linear_num_value_heads);
+  positive("linear_key_head_dim", linear_key_head_dim);
+  positive("linear_value_head_dim", linear_value_head_dim);
+
+  rule(static_cast<std::int64_t>(layer_types.size()) == num_hidden_layers, "layer_types has ", layer_types.size(),
+       " entries but num_hidden_layers is ", num_hidden_layers);
+  if (num_attention_heads > 0 && num_key_value_heads > 0) {
+    rule(num_attention_heads % num_key_value_heads == 0, "num_attention_heads (", num_attention_heads,
+         ") must be a multiple of num_key_value_heads (", num_key_value_heads, ")");
+  }
+  if (linear_num_value_heads > 0 && linear_num_key_heads > 0) {
+    rule(linear_num_value_heads % linear_num_key_heads == 0, "linear_num_value_heads (", linear_num_value_heads,
+         ") must be a multiple of linear_num_key_heads (", linear_num_key_heads, ")");
+  }
+  // ops::conv1d takes widths 1..4 (the causal-conv1d kernels Qwen3.5 uses have the same limit).
+  rule(linear_conv_kernel_dim >= 1 && linear_conv_kernel_dim <= 4, "linear_conv_kernel_dim must be in 1..4; got ",
+       linear_conv_kernel_dim);
+  rule(partial_rotary_factor > 0 && partial_rotary_factor <= 1, "partial_rotary_factor must be in (0, 1]; got ",
+       partial_rotary_factor);
+  if (head_dim > 0 && partial_rotary_factor > 0 && partial_rotary_factor <= 1) {
+    std::int64_t const r = rotary_dim();
+    rule(r >= 2 && r % 2 == 0, "rotary_dim = int(head_dim · partial_rotary_factor) = int(", head_dim, " · ",
+         partial_rotary_factor, ") = ", r, " must be even and at least 2 (NeoX RoPE rotates channel pairs)");
+  }
+  rule(rope_theta > 0 && std::isfinite(rope_theta), "rope_theta must be positive; got ", rope_theta);
+  rule(rms_norm_eps > 0 && std::isfinite(rms_norm_eps), "rms_norm_eps must be positive; got ", rms_norm_eps);
+  rule(initializer_range >= 0 && std::isfinite(initializer_range), "initializer_range must be >= 0; got ",
+       initializer_range);
+  rule(hidden_act == "silu", "hidden_act must be 'silu' (Qwen3.5's SwiGLU and conv activation); got '", hidden_act,
+       "'");
+  rule(!attention_bias, "attention_bias must be false (Qwen3.5's projections have no bias)");
+  rule(attn_output_gate, "attn_output_gate must be true (Qwen3.5's attention always gates its output; q_proj holds "
+                         "[query | gate] per head)");
+  if (broken.empty()) return;
+  std::string msg = "Qwen35Config is invalid: ";
+  for (std::size_t i = 0; i < broken.size(); ++i) msg += (i ? "; " : "") + broken[i];
+  throw std::invalid_argument(msg);
+}
+
+bool Qwen35Config::operator==(Qwen35Config const& o) const {
+  return hidden_size == o.hidden_size && intermediate_size == o.intermediate_size && vocab_size == o.vocab_size &&
+         num_hidden_layers == o.num_hidden_layers && layer_types == o.layer_types &&
+         full_attention_interval == o.full_attention_interval && num_attention_heads == o.num_attention_heads &&
+         num_key_value_heads == o.num_key_value_heads && head_dim == o.head_dim &&
+         attn_output_gate == o.attn_output_gate && rope_theta == o.rope_theta &&
+         partial_rotary_factor == o.partial_rotary_factor && linear_num_key_heads == o.linear_num_key_heads &&
+         linear_num_value_heads == o.linear_num_value_heads && linear_key_head_dim == o.linear_key_head_dim &&
+         linear_value_head_dim == o.linear_value_head_dim && linear_conv_kernel_dim == o.linear_conv_kernel_dim &&
+         rms_norm_eps == o.rms_norm_eps && tie_word_embeddings == o.tie_word_embeddings &&
+         initializer_range == o.initializer_range && max_position_embeddings == o.max_position_embeddings &&
+         hidden_act == o.hidden_act && attention_bias == o.attention_bias;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// config.json
+
+namespace {
+
+using nlohmann::json;
+
+std::string describe(json const& v) {
+  std::string s = v.dump();
+  if (s.size() > 40) s = s.substr(0, 37) + "...";
+  return s + " (" + v.type_name() + ")";
+}
+
+[[noreturn]] void fail(std::string const& field, std::string const& what) {
+  throw std::invalid_argument("config.json: field '" + field + "': " + what);
+}
+
+// Typed reads of one JSON object's fields; `prefix` ("text_config.") names where the object sits, for messages.
+class Fields {
+ public:
+  Fields(json const& obj, std::string prefix) : obj_(obj), prefix_(std::move(prefix)) {}
+
+  bool has(char const* name) const { return obj_.contains(name) && !obj_.at(name).is_null(); }
+  json const& at(char const* name) const { return obj_.at(name); }
+  std::string path(char const* name) const { return prefix_ + name; }
+
+  void integer(char const* name, std::int64_t& out) const {
+    if (!has(name)) return;
+    json const& v = obj_.at(name);
+    if (!v.is_number_integer()) fail(path(name), "must be an integer; got " + describe(v));
+    out = v.get<std::int64_t>();
+  }
+  void number(char const* name, double& out) const {
+    if (!has(name)) return;
+    json const& v = obj_.at(name);
+    if (!v.is_number()) fail(path(name), "must be a number; got " + describe(v));
+    out = v.get<double>();
+  }
+  void boolean(char const* name, bool& out) const {
+    if (!has(name)) return;
+    json const& v = obj_.at(name);
+    if (!v.is_boolean()) fail(path(name), "must be true or false; got " + describe(v));
+    out = v.get<bool>();
+  }
+  void string(char const* name, std::string& out) const {
+    if (!has(name)) return;
+    json const& v = obj_.at(name);
+    if (!v.is_string()) fail(path(name), "must be a string; got " + describe(v));
+    out = v.get<std::string>();
+  }
+
+ private:
+  json const& obj_;
+  std::string prefix_;
+};
+
+// rope_theta / partial_rotary_factor: rope_parameters (transformers v5; rope_scaling in older configs), else the
+// legacy top-level fields, which v5 maps into rope_parameters. Where both places give a value they must agree.
+void read_rope(Fields const& f, Qwen35Config& c) {
+  bool have_theta = false, have_factor = false;
+  for (char const* holder : {"rope_parameters", "rope_scaling"}) {
+    if (!f.has(holder)) continue;
+    json const& rp = f.at(holder);
+    if (!rp.is_object()) fail(f.path(holder), "must be an object; got " + describe(rp));
+    Fields r(rp, f.path(holder) + ".");
+    for (char const* key : {"rope_type", "type"}) {
+      std::string type = "default";
+      r.string(key, type);
+      if (type != "default") {
+        fail(r.path(key), "only 'default' RoPE is supported (text-only M-RoPE reduces to it); got '" + type + "'");
+      }
+    }
+    if (r.has("rope_theta")) {
+      r.number("rope_theta", c.rope_theta);
+      have_theta = true;
+    }
+    if (r.has("partial_rotary_factor")) {
+      r.number("partial_rotary_factor", c.partial_rotary_factor);
+      have_factor = true;
+    }
+  }
+  auto legacy = [&](char const* name, double& field, bool& have) {
+    if (!f.has(name)) return;
+    double v = 0;
+    f.number(name, v);
+    if (have && v != field) {
+      fail(f.path(name), "the legacy field says " + json(v).dump() + " but rope_parameters says " +
+                             json(field).dump() + "; keep one");
+    }
+    field = v;
+    have = true;
+  };
+  legacy("rope_theta", c.rope_theta, have_theta);
+  legacy("partial_rotary_factor", c.partial_rotary_factor, have_factor);
+  if (!have_factor) c.partial_rotary_factor = 0.25;  // HF: kwargs.setdefault("partial_rotary_factor", 0.25)
+  if (!have_theta) {
+    fail(f.path("rope_parameters.rope_theta"),
+         "missing: give rope_parameters.rope_theta (or the legacy rope_theta); the default differs between "
+         "transformers versions, so none is assumed");
+  }
+}
+
+Qwen35Config read_text_config(Fields const& f) {
+  Qwen35Config c;
+  for (char const* moe : {"num_experts", "num_experts_per_tok", "moe_intermediate_size"}) {
+    if (f.has(moe) && !(f.at(moe).is_number() && f.at(moe).get<double>() == 0)) {
+      fail(f.path(moe), "MoE configs (Qwen3.5-MoE, Qwen3-Next) are not supported: this is the dense Qwen3.5 model");
+    }
+  }
+  f.integer("hidden_size", c.hidden_size);
+  f.integer("intermediate_size", c.intermediate_size);
+  f.integer("vocab_size", c.vocab_size);
+  f.integer("num_hidden_layers", c.num_hidden_layers);
+  f.integer("num_attention_heads", c.num_attention_heads);
+  f.integer("num_key_value_heads", c.num_key_value_heads);
+  f.integer("head_dim", c.head_dim);
+  f.boolean("attn_output_gate", c.attn_output_gate);
+  f.integer("linear_num_key_heads", c.linear_num_key_heads);
+  f.integer("linear_num_value_heads", c.linear_num_value_heads);
+  f.integer("linear_key_head_dim", c.linear_key_head_dim);
+  f.integer("linear_value_head_dim", c.linear_value_head_dim);
+  f.integer("linear_conv_kernel_dim", c.linear_conv_kernel_dim);
+  f.number("rms_norm_eps", c.rms_norm_eps);
+  f.boolean("tie_word_embeddings", c.tie_word_embeddings);
+  f.number("initializer_range", c.initializer_range);
+  f.integer("max_position_embeddings", c.max_position_embeddings);
+  f.string("hidden_act", c.hidden_act);
+  f.boolean("attention_bias", c.attention_bias);
+  read_rope(f, c);
+
+  f.integer("full_attention_interval", c.full_attention_interval);
+  if (f.has("layer_types")) {
+    json const& lt = f.at("layer_types");
+    if (!lt.is_array()) fail(f.path("layer_types"), "must be an array of strings; got " + describe(lt));
+    for (std::size_t i = 0; i < lt.size(); ++i) {
+      if (!lt[i].is_string()) {
+        fail(f.path("layer_types"), "element " + std::to_string(i) + " is " + describe(lt[i]) + ", not a string");
+      }
+      try {
+        c.layer_types.push_back(parse_layer_type(lt[i].get<std::string>()));
+      } catch (std::invalid_argument const& e) {
+        fail(f.path("layer_types"), "element " + std::to_string(i) + ": " + e.what());
+      }
+    }
+  } else {
+    if (c.full_attention_interval <= 0) {
+      fail(f.path("full_attention_interval"), "must be positive to derive layer_types; got " +
+                                                  std::to_string(c.full_attention_interval));
+    }
+    c.layer_types = Qwen35Config::derived_layer_types(std::max<std::int64_t>(c.num_hidden_layers, 0),
+                                                      c.full_attention_interval);
+  }
+  return c;
+}
+
+}  // namespace
+
+Qwen35Config Qwen35Config::from_json(std::string const& text) {
+  json doc;
+  try {
+    doc = json::parse(text);
+  } catch (json::parse_error const& e) {
+    throw std::invalid_argument(std::string("config.json: malformed JSON: ") + e.what());
+  }
+  if (!doc.is_object()) throw std::invalid_argument("config.json: must be a JSON object; got " + describe(doc));
+  Fields top(doc, "");
+  std::string model_type;
+  if (!top.has("model_type")) fail("model_type", "missing (expected 'qwen3_5' or 'qwen3_5_text')");
+  top.string("model_type", model_type);
+
+  Qwen35Config c;
+  if (model_type == "qwen3_5") {
+    if (!top.has("text_config") || !doc.at("text_config").is_object()) {
+      fail("text_config", "the VLM form (model_type 'qwen3_5') needs a text_config object");
+    }
+    Fields inner(doc.at("text_config"), "text_config.");
+    c = read_text_config(inner);
+    // The VLM's tie_word_embeddings sits at the top level (Qwen3_5Config); a text_config copy must agree.
+    if (top.has("tie_word_embeddings")) {
+      bool tie = false;
+      top.boolean("tie_word_embeddings", tie);
+      if (inner.has("tie_word_embeddings") && tie != c.tie_word_embeddings) {
+        fail("tie_word_embeddings", std::string("the top level says ") + (tie ? "true" : "false") +
+                                        " but text_config.tie_word_embeddings says " +
+                                        (c.tie_word_embeddings ? "true" : "false"));
+      }
+      c.tie_word_embeddings = tie;
+    }
+  } else if (model_type == "qwen3_5_text") {
+    c = read_text_config(top);
+  } else {
+    fail("model_type", "'" + model_type +
+                           "' is not supported: this is the dense Qwen3.5 model (model_type 'qwen3_5' with a "
+                           "text_config, or 'qwen3_5_text')");
+  }
+  c.validate();
+  return c;
+}
+
+Qwen35Config Qwen35Config::from_json_file(std::string const& path) {
+  std::ifstream in(path);
+  if (!in) throw std::invalid_argument("cannot open config file '" + path + "'");
+  std::ostringstream text;
+  text << in.rdbuf();
+  try {
+    return from_json(text.str());
+  } catch (std::invalid_argument const& e) {
+    throw std::invalid_argument(path + ": " + e.what());
+  }
+}
+
+std::string Qwen35Config::to_json() const {
+  json layer_names = json::array();
+  for (LayerType t : layer_types) layer_names.push_back(layer_type_name(t));
+  json doc = {
+      {"architectures", {"Qwen3_5ForCausalLM"}},
+      {"model_type", "qwen3_5_text"},
+      {"hidden_size", hidden_size},
+      {"intermediate_size", intermediate_size},
+      {"vocab_size", vocab_size},
+      {"num_hidden_layers", num_hidden_layers},
+      {"layer_types", layer_names},
+      {"full_attention_interval", full_attention_interval},
+      {"num_attention_heads", num_attention_heads},
+      {"num_key_value_heads", num_key_value_heads},
+      {"head_dim", head_dim},
+      {"attn_output_gate", attn_output_gate},
+      {"rope_parameters",
+       {{"rope_type", "default"}, {"rope_theta", rope_theta}, {"partial_rotary_factor", partial_rotary_factor}}},
+      {"linear_num_key_heads", linear_num_key_heads},
+      {"linear_num_value_heads", linear_num_value_heads},
+      {"linear_key_head_dim", linear_key_head_dim},
+      {"linear_value_head_dim", linear_value_head_dim},
+      {"linear_conv_kernel_dim", linear_conv_kernel_dim},
+      {"rms_norm_eps", rms_norm_eps},
+      {"tie_word_embeddings", tie_word_embeddings},
+      {"initializer_range", initializer_range},
+      {"max_position_embeddings", max_position_embeddings},
+      {"hidden_act", hidden_act},
+      {"attention_bias", attention_bias},
+  };
+  return doc.dump(2) + "\n";
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Presets
+
+namespace {
+
+// Fields every released Qwen3.5 dense checkpoint shares (research section 2).
+Qwen35Config qwen35_common() {
+  Qwen35Config c;
+  c.head_dim = 256;
+  c.linear_key_head_dim = 128;
+  c.linear_value_head_dim = 128;
+  c.linear_conv_kernel_dim = 4;
+  c.rms_norm_eps = 1e-6;
+  c.rope_theta = 1e7;
+  c.partial_rotary_factor = 0.25;
+  c.max_position_embeddings = 262144;
+  return c;
+}
+
+Qwen35Config with_layers(Qwen35Config c, std::int64_t layers) {
+  c.num_hidden_layers = layers;
+  c.full_attention_interval = 4;
+  c.layer_types = Qwen35Config::derived_layer_types(layers, 4);
+  return c;
+}
+
+// The same model as golden/hf/qwen35-tiny/config.json (the Hugging Face golden).
+Qwen35Config make_tiny() {
+  Qwen35Config c;
+  c.hidden_size = 64;
+  c.intermediate_size = 128;
+  c.vocab_size = 256;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 32;  // rotary_dim 8; a multiple of 8, as FlashAttention-2 needs
+  // 1e4 instead of Qwen3.5's 1e7: with only 4 frequencies, 1e7 would leave all but the first nearly still over the
+  // few dozen positions of a test, and RoPE's position dependence would barely show.
+  c.rope_theta = 1e4;
+  c.partial_rotary_factor = 0.25;
+  c.linear_num_key_heads = 2;
+  c.linear_num_value_heads = 4;  // r = 2: value head j reads key head j / 2
+  // 16, not a fused gated_delta head size (64/128/256): this model is for the composite backend on the CPU.
+  c.linear_key_head_dim = 16;
+  c.linear_value_head_dim = 16;
+  c.linear_conv_kernel_dim = 4;
+  c.rms_norm_eps = 1e-6;
+  c.tie_word_embeddings = false;  // an lm_head of its own, so tests cover it; tying is tested on a variant
+  c.max_position_embeddings = 128;
+  return with_layers(c, 4);
+}
+
+Qwen35Config make_bench_200m() {
+  Qwen35Config c = qwen35_common();
+  c.hidden_size = 1024;
+  c.intermediate_size = 3072;
+  c.vocab_size = 32768;
+  c.num_attention_heads = 8;
+  c.num_key_value_heads = 2;
+  c.linear_num_key_heads = 8;
+  c.linear_num_value_heads = 16;
+  c.tie_word_embeddings = false;
+  return with_layers(c, 8);
+}
+
+// Qwen/Qwen3.5-0.8B config.json (text_config), research section 2.
+Qwen35Config make_qwen35_0_8b() {
+  Qwen35Config c = qwen35_common();
+  c.hidden_size = 1024;
+  c.intermediate_size = 3584;
+  c.vocab_size = 248320;
+  c.num_attention_heads = 8;
+  c.num_key_value_heads = 2;
+  c.linear_num_key_heads = 16;
+  c.linear_num_value_heads = 16;
+  c.tie_word_embeddings = true;
+  return with_layers(c, 24);
+}
+
+// Qwen/Qwen3.5-27B (torchtitan flavors.py _27b and THUDM/slime qwen3.5-27B.sh agree), research section 2.
+Qwen35Config make_qwen35_27b() {
+  Qwen35Config c = qwen35_common();
+  c.hidden_size = 5120;
+  c.intermediate_size = 17408;
+  c.vocab_size = 248320;
+  c.num_attention_heads = 24;
+  c.num_key_value_heads = 4;
+  c.linear_num_key_heads = 16;
+  c.linear_num_value_heads = 48;
+  c.tie_word_embeddings = false;
+  return with_layers(c, 64);
+}
+
+struct Preset {
+  char const* name;
+  Qwen35Config (*make)();
+};
+constexpr Preset kPresets[] = {
+    {"qwen35-tiny", make_tiny},
+    {"bench-200m", make_bench_200m},
+    {"qwen35-0.8b", make_qwen35_0_8b},
+    {"qwen35-27b", make_qwen35_27b},
+};
+
+}  // namespace
+
+Qwen35Config preset(std::string const& name) {
+  for (Preset const& p : kPresets) {
+    if (name == p.name) {
+      Qwen35Config c = p.make();
+      c.validate();
+      return c;
+    }
+  }
+  std::string known;
+  for (Preset const& p : kPresets) known += (known.empty() ? "" : ", ") + std::string(p.name);
+  throw std::invalid_argument("unknown model preset '" + name + "' (known: " + known + ")");
+}
+
+std::vector<std::string> preset_names() {
+  std::vector<std::string> names;
+  for (Preset const& p : kPresets) names.emplace_back(p.name);
+  return names;
+}
+
+}  // namespace fusepack::model

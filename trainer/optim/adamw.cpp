@@ -1,0 +1,123 @@
+#include "trainer/optim/adamw.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <regex>
+
+namespace fusepack::optim {
+
+bool hf_trainer_decays(std::string const& name) {
+  // transformers' forbidden_name_patterns, searched in the lower-cased name.
+  static std::regex const patterns[] = {std::regex("bias"), std::regex("layernorm"), std::regex("rmsnorm"),
+                                        std::regex(R"((^|\.)norm($|\.))"), std::regex(R"(_norm($|\.))")};
+  std::string lower = name;
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  for (std::regex const& p : patterns) {
+    if (std::regex_search(lower, p)) return false;
+  }
+  return true;
+}
+
+bool qwen35_decays(std::string const& name) {
+  static std::regex const a_log(R"((^|\.)A_log$)");
+  return hf_trainer_decays(name) && !std::regex_search(name, a_log);
+}
+
+void AdamWOptions::validate() const {
+  TORCH_CHECK(beta1 >= 0 && beta1 < 1, "AdamW: beta1 must be in [0, 1); got ", beta1);
+  TORCH_CHECK(beta2 >= 0 && beta2 < 1, "AdamW: beta2 must be in [0, 1); got ", beta2);
+  TORCH_CHECK(eps >= 0, "AdamW: eps must be >= 0; got ", eps);
+  TORCH_CHECK(weight_decay >= 0, "AdamW: weight_decay must be >= 0; got ", weight_decay);
+  TORCH_CHECK(static_cast<bool>(decays), "AdamW: the weight-decay rule (decays) is empty");
+}
+
+AdamW::AdamW(std::vector<NamedParameter> params, AdamWOptions options)
+    : params_(std::move(params)), options_(std::move(options)) {
+  options_.validate();
+  check_parameters("AdamW", params_);
+  decay_.reserve(params_.size());
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    decay_.push_back(options_.decays(params_[i].name));
+    index_.emplace(params_[i].name, i);
+  }
+  state_.resize(params_.size());
+}
+
+void AdamW::step(double lr) {
+  TORCH_CHECK(std::isfinite(lr) && lr >= 0, "AdamW::step: lr must be finite and >= 0; got ", lr);
+  // Check every gradient before touching any parameter, so a bad one leaves the model as it was.
+  for (NamedParameter const& p : params_) {
+    at::Tensor const& g = p.param.grad();
+    TORCH_CHECK(g.defined(), "AdamW::step: parameter '", p.name, "' has no gradient; every registered parameter "
+                "needs one at each step (register only trainable parameters)");
+    TORCH_CHECK(g.layout() == at::kStrided, "AdamW::step: the gradient of '", p.name, "' is not dense (layout ",
+                g.layout(), ")");
+    TORCH_CHECK(g.sizes() == p.param.sizes(), "AdamW::step: the gradient of '", p.name, "' has shape ", g.sizes(),
+                "; the parameter has ", p.param.sizes());
+    TORCH_CHECK(g.scalar_type() == p.param.scalar_type(), "AdamW::step: the gradient of '", p.name, "' has dtype ",
+                g.scalar_type(), "; the parameter has ", p.param.scalar_type());
+    TORCH_CHECK(g.device() == p.param.device(), "AdamW::step: the gradient of '", p.name, "' is on ", g.device(),
+                "; the parameter is on ", p.param.device());
+  }
+  c10::NoGradGuard no_grad;
+  double const beta1 = options_.beta1, beta2 = options_.beta2;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    at::Tensor& param = params_[i].param;
+    at::Tensor const& grad = param.grad();
+    AdamWState& s = state_[i];
+    if (s.step == 0) {
+      s.exp_avg = at::zeros_like(param, at::MemoryFormat::Preserve);
+      s.exp_avg_sq = at::zeros_like(param, at::MemoryFormat::Preserve);
+    }
+    s.step += 1;
+    if (decay_[i] && options_.weight_decay != 0) param.mul_(1 - lr * options_.weight_decay);
+    s.exp_avg.lerp_(grad, 1 - beta1);
+    s.exp_avg_sq.mul_(beta2).addcmul_(grad, grad, 1 - beta2);
+    double const t = static_cast<double>(s.step);
+    double const bias_correction1 = 1 - std::pow(beta1, t);
+    double const bias_correction2 = 1 - std::pow(beta2, t);
+    double const step_size = lr / bias_correction1;
+    double const bias_correction2_sqrt = std::pow(bias_correction2, 0.5);  // torch: bias_correction2**0.5
+    at::Tensor const denom = (s.exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(options_.eps);
+    param.addcdiv_(s.exp_avg, denom, -step_size);
+  }
+}
+
+std::size_t AdamW::index_of(std::string const& name) const {
+  auto const it = index_.find(name);
+  TORCH_CHECK(it != index_.end(), "AdamW: no parameter named '", name, "' is registered");
+  return it->second;
+}
+
+bool AdamW::decays(std::string const& name) const { return decay_[index_of(name)]; }
+
+bool AdamW::has_state(std::string const& name) const { return state_[index_of(name)].step > 0; }
+
+AdamWState const& AdamW::state(std::string const& name) const {
+  AdamWState const& s = state_[index_of(name)];
+  TORCH_CHECK(s.step > 0, "AdamW: parameter '", name, "' has no state yet (it is created at the first step)");
+  return s;
+}
+
+void AdamW::load_state(std::string const& name, AdamWState state) {
+  std::size_t const i = index_of(name);
+  at::Tensor const& p = params_[i].param;
+  TORCH_CHECK(state.step >= 1, "AdamW::load_state: '", name, "': step must be >= 1; got ", state.step);
+  for (auto const& [field, t] : {std::pair<char const*, at::Tensor const*>{"exp_avg", &state.exp_avg},
+                                 std::pair<char const*, at::Tensor const*>{"exp_avg_sq", &state.exp_avg_sq}}) {
+    TORCH_CHECK(t->defined(), "AdamW::load_state: '", name, "': ", field, " is undefined");
+    TORCH_CHECK(t->sizes() == p.sizes(), "AdamW::load_state: '", name, "': ", field, " has shape ", t->sizes(),
+                "; the parameter has ", p.sizes());
+    TORCH_CHECK(t->scalar_type() == p.scalar_type(), "AdamW::load_state: '", name, "': ", field, " has dtype ",
+                t->scalar_type(), "; the parameter has ", p.scalar_type());
+    TORCH_CHECK(t->device() == p.device(), "AdamW::load_state: '", name, "': ", field, " is on ", t->device(),
+                "; the parameter is on ", p.device());
+  }
+  state_[i] = std::move(state);
+}
+
+}  // namespace fusepack::optim

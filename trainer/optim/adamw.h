@@ -1,0 +1,80 @@
+// AdamW exactly as torch.optim.AdamW (amsgrad off, maximize off), one step over named fp32/fp64 parameters:
+//   t ← t + 1;  p ← p·(1 − lr·wd);  m ← lerp(m, g, 1 − β1);  v ← β2·v + (1 − β2)·g²;
+//   p ← p − (lr / (1 − β1^t)) · m / (sqrt(v) / sqrt(1 − β2^t) + eps)
+// with torch's single-tensor operations in torch's order: fp32 and fp64 updates equal torch's bit for bit (NOTES.md).
+#pragma once
+
+#include "trainer/optim/parameters.h"
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace fusepack::optim {
+
+// Which parameters weight decay applies to, by Hugging Face name: true = decayed.
+using DecayRule = std::function<bool(std::string const& name)>;
+
+// HF Trainer's rule (transformers trainer_pt_utils get_decay_parameter_names): no decay when the lower-cased name
+// contains "bias", "layernorm" or "rmsnorm", has a path component "norm" ("model.norm.weight",
+// "linear_attn.norm.weight") or one ending in "_norm" ("q_norm.weight"). Everything else decays, embeddings, lm_head
+// and the conv1d weight included; so does A_log, whose name matches none of the patterns.
+bool hf_trainer_decays(std::string const& name);
+
+// fusepack's default for Qwen3.5: HF Trainer's rule, and no decay on A_log either. A_log and dt_bias are the
+// Gated DeltaNet's decay-rate parameters; Mamba (mamba_ssm) and flash-linear-attention mark both _no_weight_decay
+// (decay would pull A = exp(A_log) towards 1, a fixed forgetting rate, which is not regularisation). dt_bias is
+// already excluded by the "bias" pattern. In Qwen3.5 this is exactly "decay iff the parameter has 2 or more
+// dimensions" (norm weights, A_log and dt_bias are the only 1-D ones), the GPT-2/nanoGPT/Megatron convention.
+bool qwen35_decays(std::string const& name);
+
+struct AdamWOptions {
+  double beta1 = 0.9;           // torch defaults
+  double beta2 = 0.999;
+  double eps = 1e-8;            // added to sqrt(v̂), not inside it
+  double weight_decay = 1e-2;   // decoupled: p ← p·(1 − lr·wd), only on parameters the rule decays
+  DecayRule decays = qwen35_decays;
+
+  void validate() const;  // throws c10::Error: betas in [0, 1), eps >= 0, weight_decay >= 0, a rule
+};
+
+// torch's per-parameter state, created (zeros) at a parameter's first step.
+struct AdamWState {
+  std::int64_t step = 0;  // steps taken; bias corrections use it after the increment
+  at::Tensor exp_avg;     // m, the parameter's shape, dtype and device
+  at::Tensor exp_avg_sq;  // v, likewise
+};
+
+class AdamW {
+ public:
+  // Throws c10::Error for bad options or parameters (see check_parameters).
+  AdamW(std::vector<NamedParameter> params, AdamWOptions options);
+
+  // One update of every parameter with learning rate `lr` (>= 0; the schedule's lr(step) for this step). Every
+  // parameter must have a gradient of its own shape, dtype and device: one without is an error naming it (register
+  // only trainable parameters), never a silent skip. Runs without autograd recording.
+  void step(double lr);
+
+  std::vector<NamedParameter> const& parameters() const { return params_; }
+  AdamWOptions const& options() const { return options_; }
+  bool decays(std::string const& name) const;  // the rule's decision for a registered parameter
+  bool has_state(std::string const& name) const;
+  AdamWState const& state(std::string const& name) const;  // throws when the parameter has no state yet
+  // Restores a checkpointed state: the tensors must match the parameter's shape, dtype and device; step >= 1.
+  void load_state(std::string const& name, AdamWState state);
+
+ private:
+  std::size_t index_of(std::string const& name) const;
+
+  std::vector<NamedParameter> params_;
+  std::vector<bool> decay_;              // [params]
+  std::vector<AdamWState> state_;        // [params]; step == 0 means no state yet
+  std::unordered_map<std::string, std::size_t> index_;
+  AdamWOptions options_;
+};
+
+}  // namespace fusepack::optim

@@ -1,0 +1,73 @@
+#include "trainer/optim/grad_clip.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+
+#include <cmath>
+#include <sstream>
+
+namespace fusepack::optim {
+
+namespace {
+
+std::string describe_norm(double norm) {
+  std::ostringstream os;
+  os << "gradient norm is " << norm;
+  return os.str();
+}
+
+}  // namespace
+
+NonFiniteGradNorm::NonFiniteGradNorm(double norm, std::string parameter)
+    : std::runtime_error(describe_norm(norm) + (parameter.empty()
+                                                    ? std::string("; every local gradient is finite, so another "
+                                                                  "rank's is not")
+                                                    : "; the first non-finite gradient is '" + parameter + "'")),
+      norm_(norm),
+      parameter_(std::move(parameter)) {}
+
+double grad_norm(std::vector<NamedParameter> const& params, AllReduceSum const& all_reduce) {
+  check_parameters("grad_norm", params);
+  if (params.empty() && !all_reduce) return 0;
+  c10::NoGradGuard no_grad;
+  std::vector<at::Tensor> norms;
+  norms.reserve(params.size());
+  at::Device const device = params.empty() ? at::Device(at::kCPU) : params.front().param.device();
+  for (NamedParameter const& p : params) {
+    at::Tensor const& g = p.param.grad();
+    TORCH_CHECK(g.defined(), "grad_norm: parameter '", p.name, "' has no gradient; every registered parameter "
+                "needs one at each step");
+    TORCH_CHECK(g.layout() == at::kStrided, "grad_norm: the gradient of '", p.name, "' is not dense (layout ",
+                g.layout(), ")");
+    TORCH_CHECK(g.sizes() == p.param.sizes(), "grad_norm: the gradient of '", p.name, "' has shape ", g.sizes(),
+                "; the parameter has ", p.param.sizes());
+    norms.push_back(at::linalg_vector_norm(g, 2).to(device, at::kDouble));
+  }
+  // One fp64 0-dim tensor: this rank's sum of squares, then (all-reduced) everyone's.
+  at::Tensor sum_sq = norms.empty() ? at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device))
+                                    : at::stack(norms).square().sum();
+  if (all_reduce) all_reduce(sum_sq);
+  double const norm = std::sqrt(sum_sq.item<double>());
+  if (!std::isfinite(norm)) {
+    std::string culprit;
+    for (std::size_t i = 0; i < norms.size() && culprit.empty(); ++i) {
+      if (!std::isfinite(norms[i].item<double>())) culprit = params[i].name;
+    }
+    throw NonFiniteGradNorm(norm, culprit);
+  }
+  return norm;
+}
+
+double clip_grad_norm(std::vector<NamedParameter> const& params, double max_norm, AllReduceSum const& all_reduce) {
+  TORCH_CHECK(std::isfinite(max_norm) && max_norm > 0, "clip_grad_norm: max_norm must be finite and > 0; got ",
+              max_norm, " (to log the norm without clipping, call grad_norm)");
+  double const norm = grad_norm(params, all_reduce);
+  double const factor = max_norm / (norm + kClipEps);
+  if (factor < 1) {
+    c10::NoGradGuard no_grad;
+    for (NamedParameter const& p : params) p.param.grad().mul_(factor);
+  }
+  return norm;
+}
+
+}  // namespace fusepack::optim

@@ -1,0 +1,40 @@
+// Gradient clipping by global L2 norm, as torch.nn.utils.clip_grad_norm_: the norm over every gradient of every
+// rank, and when max_norm / (norm + 1e-6) < 1 every gradient is scaled by that factor. Returns the norm before
+// clipping. Per-gradient norms are taken in the gradient's dtype (torch's foreach norm), their squares summed in
+// fp64, so the result matches torch's to the rounding of its fp32 norm-of-norms.
+#pragma once
+
+#include "trainer/optim/parameters.h"
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace fusepack::optim {
+
+// The norm is NaN or infinite. torch would scale every gradient by NaN and the step would silently write NaN into
+// the weights; here the caller decides (stop, or skip the step). `parameter()` names the first local gradient with
+// a non-finite norm, or is empty when the non-finite part came from another rank.
+class NonFiniteGradNorm : public std::runtime_error {
+ public:
+  NonFiniteGradNorm(double norm, std::string parameter);
+  double norm() const { return norm_; }
+  std::string const& parameter() const { return parameter_; }
+
+ private:
+  double norm_;
+  std::string parameter_;
+};
+
+inline constexpr double kClipEps = 1e-6;  // torch's: the factor is max_norm / (norm + 1e-6)
+
+// sqrt(Σ over ranks and parameters of ||grad||²). Every parameter must have a gradient of its own shape (an error
+// naming it otherwise). `all_reduce` sums this rank's Σ||grad||² (an fp64 0-dim tensor on the first gradient's
+// device) with the other ranks'; empty for one rank. Throws NonFiniteGradNorm.
+double grad_norm(std::vector<NamedParameter> const& params, AllReduceSum const& all_reduce = {});
+
+// grad_norm, then grads ← grads · max_norm / (norm + 1e-6) when that factor is < 1 (torch's clamp at 1: gradients
+// are left bit-for-bit alone otherwise). max_norm > 0. Returns the norm before clipping.
+double clip_grad_norm(std::vector<NamedParameter> const& params, double max_norm, AllReduceSum const& all_reduce = {});
+
+}  // namespace fusepack::optim

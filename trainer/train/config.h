@@ -1,0 +1,87 @@
+// TrainConfig: every setting of one fine-tuning run (what fusepack-train's options set), each field documented and all
+// of them checked together in validate(). Plain C++ (no torch), so the CLI and the tests read it cheaply.
+#pragma once
+
+#include "kernels/ops/backend.h"
+#include "packing/packer.h"
+
+#include <cstdint>
+#include <string>
+
+namespace fusepack::train {
+
+// The batch layout a run trains on (DESIGN.md section 3).
+enum class Batching {
+  kPacked,  // 1D packs of whole examples (the optimized path)
+  kPadded,  // one example per row, right-padded to the longest (the baseline the goldens record)
+};
+char const* batching_name(Batching batching);        // "packed", "padded"
+Batching parse_batching(std::string const& name);    // throws std::invalid_argument for anything else
+
+// How the epoch is cut into micro-batches (packing::PlanMode): "paired" gives the padded layout exactly the examples
+// of each packed batch (the one mode in which packed and padded runs see the same examples per step, so their losses
+// compare step by step); "fill" plans each layout as dense as its budget allows.
+char const* pairing_name(packing::PlanMode mode);       // "paired", "fill"
+packing::PlanMode parse_pairing(std::string const& name);  // throws std::invalid_argument
+
+// Numerics of a run. kBFloat16 is bf16 compute over fp32 master weights (ModelOptions.compute_dtype), on CUDA only.
+enum class DType { kFloat64, kFloat32, kBFloat16 };
+char const* dtype_name(DType dtype);         // "fp64", "fp32", "bf16" (the CLI's spelling)
+char const* golden_dtype_name(DType dtype);  // "float64", "float32", "bfloat16" (golden/FORMAT.md's spelling)
+DType parse_dtype(std::string const& name);  // fp64|float64, fp32|float32, bf16|bfloat16; throws otherwise
+
+struct TrainConfig {
+  // ---- The model: a named preset, or a Hugging Face config.json; exactly one of the two.
+  std::string preset;        // model::preset_names(), e.g. "qwen35-tiny"
+  std::string model_config;  // path to config.json, or to the folder holding it
+  // Weights to start from: a safetensors file or a checkpoint folder (single file or sharded, Qwen3.5's
+  // model.language_model. prefix accepted); converted to the run's dtype. Empty = init_parameters(seed).
+  std::string weights;
+
+  // ---- The data: a JSONL file ({"input_ids": [...], "labels": [...]} per line, ids checked against the model's
+  // vocabulary) or a synthetic spec "synthetic:n=...,median=..." (packing/synthetic.h; vocab= defaults to the
+  // model's vocab_size and may not exceed it).
+  std::string data;
+
+  // ---- Batching.
+  Batching batching = Batching::kPacked;
+  packing::PlanMode pairing = packing::PlanMode::kPaired;
+  std::int64_t token_budget = 8192;  // >= 1: most tokens in a packed batch (fill mode: most rows x longest padded)
+  std::int64_t lookahead = 64;       // >= 1: examples the packer may look past the oldest waiting one
+  packing::OversizePolicy oversize = packing::OversizePolicy::kError;  // examples longer than the budget
+  std::int64_t micro_batches = 1;    // >= 1 micro-batches per optimizer step (gradient accumulation); a step's loss is
+                                     // Σ CE over all of them / their targets, counted before the first forward
+  std::int64_t steps = 10;           // >= 1 optimizer steps; when they need more micro-batches than an epoch holds,
+                                     // the next epoch (a new shuffle) follows
+
+  // ---- Optimizer (AdamW as torch.optim.AdamW; decay on every parameter of 2+ dims, optim::qwen35_decays) and the
+  // learning-rate schedule (linear warmup to lr, cosine to min_lr at `steps`, optim::CosineSchedule).
+  double lr = 1e-4;                 // > 0: the peak learning rate
+  double min_lr = 0;                // in [0, lr]
+  std::int64_t warmup_steps = 0;    // in [0, steps]; lr(0) = 0 when > 0 (Hugging Face's convention)
+  double weight_decay = 0.1;        // >= 0, decoupled
+  double beta1 = 0.9;               // in [0, 1)
+  double beta2 = 0.95;              // in [0, 1)
+  double eps = 1e-8;                // >= 0
+  double clip_norm = 1.0;           // >= 0: clip the global gradient norm to it; 0 = no clipping (still measured)
+
+  // ---- Reproducibility and placement.
+  std::uint64_t seed = 0;           // the parameter init (when no weights are given) and the epoch shuffles
+  ops::Backend backend = ops::Backend::kComposite;  // fused needs a CUDA device; nothing falls back
+  std::string device = "cpu";       // "cpu", "cuda" or "cuda:N"
+  DType dtype = DType::kFloat32;    // fp64 and fp32: parameters and compute; bf16: CUDA only
+  std::int64_t threads = 0;         // >= 0 ATen intra-op threads; 0 = ATen's default. 1 makes every CPU reduction
+                                    // run in one order, so a golden regenerates bit for bit on any machine
+
+  // ---- Outputs.
+  std::string output_dir;    // fine-tuned weights at the end (config.json + model.safetensors, HF names); empty = none
+  std::string golden_write;  // write the run as a golden file (golden/FORMAT.md) with its provenance; empty = no
+  std::string golden_check;  // compare the run with this golden step by step; empty = no
+  std::int64_t profile_step = -1;  // profile optimizer step N (0-based, < steps); -1 = no profiling
+
+  // Every rule above, checked at once: throws std::invalid_argument listing each broken one
+  // ("TrainConfig is invalid: give exactly one of preset and model_config; lr must be > 0, got 0; ...").
+  void validate() const;
+};
+
+}  // namespace fusepack::train

@@ -1,0 +1,150 @@
+// fusepack-train: fine-tunes a Qwen3.5 model (a preset, or config.json + safetensors) on a JSONL or synthetic dataset,
+// packed or padded, and optionally writes the run as a golden file or checks it against one step by step.
+// Exit code 0 on success, 1 when --golden-check fails, 2 on any error (message on stderr).
+#include "trainer/train/config.h"
+#include "trainer/train/run.h"
+
+#include <CLI/CLI.hpp>
+#include <c10/util/Exception.h>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <exception>
+#include <iostream>
+#include <optional>
+#include <string>
+
+namespace {
+
+using namespace fusepack;
+using train::TrainConfig;
+
+struct Args {
+  TrainConfig config;
+  std::string batching = "packed";
+  std::string pairing = "paired";
+  std::string oversize = "error";
+  std::string backend = "composite";
+  std::string dtype = "fp32";
+  golden::TolerancePolicy tolerance;
+  bool progress = true;
+};
+
+void add_tolerance(CLI::App& app, std::string const& field, golden::FieldTolerance& tol) {
+  app.add_option("--" + field + "-atol", tol.atol, "golden check, " + field + ": absolute tolerance");
+  app.add_option("--" + field + "-rtol", tol.rtol, "golden check, " + field + ": tolerance relative to |golden|");
+  app.add_option("--" + field + "-drift", tol.drift_per_step, "golden check, " + field + ": extra allowance per step");
+}
+
+std::string command_line(int argc, char** argv) {
+  std::string out;
+  for (int i = 0; i < argc; ++i) {
+    std::string const a = i == 0 ? std::string("fusepack-train") : std::string(argv[i]);
+    bool const plain = !a.empty() && a.find_first_not_of(
+                                         "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_=.,:/+@%") ==
+                                         std::string::npos;
+    std::string quoted = "'";
+    for (char ch : a) quoted += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+    out += (i ? " " : "") + (plain ? a : quoted + "'");
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Fine-tunes a Qwen3.5 model on packed or padded batches; writes or checks golden loss files.",
+               "fusepack-train"};
+  // A repeated option: the last one wins, as in most command-line tools (a script can append an override).
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  Args args;
+  TrainConfig& c = args.config;
+  app.add_option("--preset", c.preset, "model preset: qwen35-tiny, bench-200m, qwen35-0.8b, qwen35-27b");
+  app.add_option("--config", c.model_config, "Hugging Face config.json (or the folder holding it), instead of --preset");
+  app.add_option("--weights", c.weights,
+                 "initial weights: a safetensors file or a checkpoint folder (default: init from --seed)");
+  app.add_option("--data", c.data, "JSONL file ({\"input_ids\": [...], \"labels\": [...]} per line) or "
+                                   "synthetic:n=1000,median=900,sigma=0.9,min=1,max=8192,prompt=0,seed=1")
+      ->required();
+  app.add_option("--batching", args.batching, "packed or padded")->capture_default_str();
+  app.add_option("--pairing", args.pairing,
+                 "paired (padded batches hold exactly the packed batches' examples) or fill")
+      ->capture_default_str();
+  app.add_option("--budget", c.token_budget, "token budget of a micro-batch")->capture_default_str();
+  app.add_option("--lookahead", c.lookahead, "examples the packer may look ahead")->capture_default_str();
+  app.add_option("--oversize", args.oversize, "examples longer than the budget: error or truncate")
+      ->capture_default_str();
+  app.add_option("--micro-batches", c.micro_batches, "micro-batches per optimizer step (gradient accumulation)")
+      ->capture_default_str();
+  app.add_option("--steps", c.steps, "optimizer steps")->capture_default_str();
+  app.add_option("--lr", c.lr, "peak learning rate")->capture_default_str();
+  app.add_option("--min-lr", c.min_lr, "learning rate at the end of the cosine decay")->capture_default_str();
+  app.add_option("--warmup", c.warmup_steps, "linear warmup steps")->capture_default_str();
+  app.add_option("--weight-decay", c.weight_decay, "AdamW decoupled weight decay (parameters of 2+ dims)")
+      ->capture_default_str();
+  app.add_option("--beta1", c.beta1, "AdamW beta1")->capture_default_str();
+  app.add_option("--beta2", c.beta2, "AdamW beta2")->capture_default_str();
+  app.add_option("--eps", c.eps, "AdamW eps")->capture_default_str();
+  app.add_option("--clip-norm", c.clip_norm, "clip the global gradient norm (0: no clipping)")->capture_default_str();
+  app.add_option("--seed", c.seed, "seed of the parameter init and the epoch shuffles")->capture_default_str();
+  app.add_option("--backend", args.backend, "composite (ATen, CPU or GPU) or fused (fusepack's CUDA kernels)")
+      ->capture_default_str();
+  app.add_option("--device", c.device, "cpu, cuda or cuda:N")->capture_default_str();
+  app.add_option("--dtype", args.dtype, "fp64, fp32 or bf16 (bf16 compute, fp32 master weights; CUDA)")
+      ->capture_default_str();
+  app.add_option("--threads", c.threads, "ATen CPU threads (0: ATen's default; 1: reproducible to the bit)")
+      ->capture_default_str();
+  app.add_option("--output", c.output_dir, "write the fine-tuned weights here (config.json + model.safetensors)");
+  app.add_option("--golden-write", c.golden_write, "write the run as a golden loss file");
+  app.add_option("--golden-check", c.golden_check, "compare the run with a golden loss file step by step (exit 1 on "
+                                                   "failure)");
+  add_tolerance(app, "loss", args.tolerance.loss);
+  add_tolerance(app, "grad-norm", args.tolerance.grad_norm);
+  add_tolerance(app, "lr", args.tolerance.lr);
+  app.add_option("--profile-step", c.profile_step, "profile optimizer step N (0-based)");
+  app.add_flag("!--no-progress", args.progress, "no progress bar (it is drawn only when stderr is a terminal)");
+  try {
+    app.parse(argc, argv);
+  } catch (CLI::ParseError const& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    std::fprintf(stderr, "fusepack-train: %s\nRun with --help for more information.\n", e.what());
+    return 2;
+  }
+
+  try {
+    c.batching = train::parse_batching(args.batching);
+    c.pairing = train::parse_pairing(args.pairing);
+    c.oversize = packing::parse_oversize_policy(args.oversize);
+    c.backend = ops::parse_backend(args.backend);
+    c.dtype = train::parse_dtype(args.dtype);
+    c.validate();
+
+    train::RunOptions options;
+    options.command = command_line(argc, argv);
+    options.log = &std::cout;
+    options.progress_bar = args.progress && ::isatty(STDERR_FILENO) == 1;
+    bool const tolerance_given = !app.get_options([](CLI::Option const* o) {
+                                        std::string const n = o->get_name();
+                                        return o->count() > 0 && (n.find("-atol") != std::string::npos ||
+                                                                  n.find("-rtol") != std::string::npos ||
+                                                                  n.find("-drift") != std::string::npos);
+                                      })
+                                      .empty();
+    if (tolerance_given) {
+      if (c.golden_check.empty()) {
+        std::fprintf(stderr, "fusepack-train: tolerance options apply to --golden-check, which is not given\n");
+        return 2;
+      }
+      options.tolerance = args.tolerance;  // every field not given is 0 (exact), as fusepack-golden-compare's
+    }
+    train::RunResult const result = train::run_training(c, options);
+    return result.passed() ? 0 : 1;
+  } catch (c10::Error const& e) {
+    std::fprintf(stderr, "fusepack-train: %s\n", e.what_without_backtrace());
+    return 2;
+  } catch (std::exception const& e) {
+    std::fprintf(stderr, "fusepack-train: %s\n", e.what());
+    return 2;
+  }
+}

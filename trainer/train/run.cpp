@@ -1,0 +1,471 @@
+#include "trainer/train/run.h"
+
+#include "packing/batch.h"
+#include "packing/dataset.h"
+#include "packing/packer.h"
+#include "packing/synthetic.h"
+#include "trainer/checkpoint/qwen35_names.h"
+#include "trainer/checkpoint/safetensors.h"
+#include "trainer/model/model.h"
+#include "trainer/optim/adamw.h"
+#include "trainer/optim/schedule.h"
+#include "trainer/train/profile.h"
+#include "trainer/train/trainer.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <stdexcept>
+
+#ifndef FUSEPACK_SOURCE_DIR
+#error "FUSEPACK_SOURCE_DIR must name the source tree (for the golden's provenance.commit)"
+#endif
+#ifndef FUSEPACK_VERSION
+#error "FUSEPACK_VERSION must be defined (golden provenance.fusepack_version)"
+#endif
+
+namespace fusepack::train {
+namespace {
+
+using Json = nlohmann::ordered_json;
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+bool is_synthetic(std::string const& data) { return data.rfind("synthetic:", 0) == 0; }
+
+// ---- Model
+
+model::Qwen35Config load_model_config(TrainConfig const& c) {
+  if (!c.preset.empty()) return model::preset(c.preset);
+  std::filesystem::path path = c.model_config;
+  if (std::filesystem::is_directory(path)) path /= "config.json";
+  if (!std::filesystem::is_regular_file(path)) {
+    throw std::invalid_argument("model config: no file '" + path.string() + "'");
+  }
+  return model::Qwen35Config::from_json_file(path.string());
+}
+
+model::ModelOptions model_options(TrainConfig const& c) {
+  model::ModelOptions o;
+  switch (c.dtype) {
+    case DType::kFloat64: o.dtype = at::kDouble; break;
+    case DType::kFloat32: o.dtype = at::kFloat; break;
+    case DType::kBFloat16:  // bf16 compute over fp32 master weights
+      o.dtype = at::kFloat;
+      o.compute_dtype = at::kBFloat16;
+      break;
+  }
+  o.device = c10::Device(c.device);
+  o.backend = c.backend;
+  o.seed = c.seed;
+  return o;
+}
+
+void check_device(TrainConfig const& c) {
+  if (c10::Device(c.device).is_cuda() && (!at::hasCUDA() || at::getNumGPUs() == 0)) {
+    throw std::invalid_argument("device '" + c.device + "': no CUDA device is available here");
+  }
+}
+
+// ---- Data
+
+struct Data {
+  std::vector<packing::Example> examples;
+  Json description;  // provenance.dataset
+};
+
+Data load_data(std::string const& data, std::int64_t vocab_size) {
+  Data d;
+  if (is_synthetic(data)) {
+    packing::SyntheticSpec base;
+    base.vocab_size = vocab_size;  // the model's vocabulary unless the spec says vocab=
+    packing::SyntheticSpec const spec = packing::parse_synthetic_spec(data, base);
+    if (spec.vocab_size > vocab_size) {
+      throw std::invalid_argument("data " + data + ": vocab=" + std::to_string(spec.vocab_size) +
+                                  " exceeds the model's vocab_size " + std::to_string(vocab_size));
+    }
+    d.examples = packing::make_synthetic(spec);
+    d.description["synthetic"] = spec.str();
+  } else {
+    if (!std::filesystem::is_regular_file(data)) {
+      throw std::invalid_argument("data: no file '" + data + "' (give a JSONL file or a synthetic:... spec)");
+    }
+    d.examples = packing::load_jsonl(data, vocab_size);
+    if (d.examples.empty()) throw std::invalid_argument("data " + data + ": no examples (the file is empty)");
+    d.description["path"] = data;
+  }
+  std::int64_t tokens = 0, supervised = 0;
+  for (packing::Example const& e : d.examples) {
+    tokens += static_cast<std::int64_t>(e.input_ids.size());
+    for (std::size_t p = 1; p < e.labels.size(); ++p) supervised += e.labels[p] != packing::kIgnoreIndex;
+  }
+  d.description["examples"] = d.examples.size();
+  d.description["tokens"] = tokens;
+  d.description["targets"] = supervised;  // shifted targets of the whole dataset (uncut)
+  return d;
+}
+
+// The plans of successive epochs, one micro-batch at a time, in the layout the run trains on.
+class MicroBatchStream {
+ public:
+  MicroBatchStream(std::vector<std::int64_t> lengths, packing::PackerOptions options, packing::PlanMode mode,
+                   Batching batching)
+      : lengths_(std::move(lengths)), options_(options), mode_(mode), batching_(batching) {}
+
+  packing::BatchPlan const& next() {
+    while (next_ >= plans_.size()) {
+      packing::EpochPlan plan = packing::plan_epoch(lengths_, options_, mode_, epoch_++);
+      plans_ = batching_ == Batching::kPacked ? std::move(plan.packed) : std::move(plan.padded);
+      next_ = 0;
+    }
+    return plans_[next_++];
+  }
+  std::uint64_t epochs_started() const { return epoch_; }
+
+ private:
+  std::vector<std::int64_t> lengths_;
+  packing::PackerOptions options_;
+  packing::PlanMode mode_;
+  Batching batching_;
+  std::vector<packing::BatchPlan> plans_;
+  std::size_t next_ = 0;
+  std::uint64_t epoch_ = 0;
+};
+
+// ---- Provenance
+
+std::string shell_quoted(std::string const& s) {
+  if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_=.,:/+@%") ==
+                        std::string::npos) {
+    return s;
+  }
+  std::string out = "'";
+  for (char ch : s) out += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+  return out + "'";
+}
+
+std::string device_description(TrainConfig const& c) { return c.device; }
+
+Json batching_description(TrainConfig const& c) {
+  Json b;
+  b["layout"] = batching_name(c.batching);
+  b["pairing"] = pairing_name(c.pairing);
+  b["token_budget"] = c.token_budget;
+  b["lookahead"] = c.lookahead;
+  b["oversize"] = packing::oversize_policy_name(c.oversize);
+  b["micro_batches_per_step"] = c.micro_batches;
+  b["steps"] = c.steps;
+  b["backend"] = ops::backend_name(c.backend);
+  // The optimizer and schedule have no provenance field of their own in FORMAT.md version 1: they ride here.
+  b["optimizer"] = Json{{"name", "AdamW"},          {"lr", c.lr},
+                        {"beta1", c.beta1},         {"beta2", c.beta2},
+                        {"eps", c.eps},             {"weight_decay", c.weight_decay},
+                        {"decay_rule", "qwen35_decays (2+ dims)"}, {"clip_norm", c.clip_norm}};
+  b["schedule"] = Json{{"name", "warmup + cosine"}, {"peak_lr", c.lr}, {"min_lr", c.min_lr},
+                       {"warmup_steps", c.warmup_steps}, {"total_steps", c.steps}};
+  return b;
+}
+
+golden::Provenance make_provenance(TrainConfig const& c, model::Qwen35Config const& model_config, Data const& data,
+                                   std::string const& command) {
+  golden::Provenance p;
+  p.command = command.empty() ? "(library call)" : command;
+  p.commit = source_commit();
+  p.fusepack_version = FUSEPACK_VERSION;
+  p.date = golden::utc_now_iso8601();
+  p.model_config = model_config.to_json();
+  Json dataset = data.description;
+  if (!c.weights.empty()) dataset["initial_weights"] = c.weights;  // where the run started from, not the data proper
+  p.dataset = dataset.dump();
+  p.seed = c.seed;
+  p.dtype = golden_dtype_name(c.dtype);
+  p.device = device_description(c);
+  p.world_size = 1;
+  p.batching = batching_description(c).dump();
+  return p;
+}
+
+}  // namespace
+
+std::vector<std::string> provenance_differences(golden::Provenance const& golden, golden::Provenance const& run) {
+  std::vector<std::string> notes;
+  if (Json::parse(golden.model_config) != Json::parse(run.model_config)) notes.push_back("the model configs differ");
+  if (Json::parse(golden.dataset) != Json::parse(run.dataset)) {
+    notes.push_back("the datasets differ: golden " + golden.dataset + ", run " + run.dataset);
+  }
+  if (golden.seed != run.seed) {
+    notes.push_back("the seeds differ: golden " + std::to_string(golden.seed) + ", run " + std::to_string(run.seed));
+  }
+  Json gb = Json::parse(golden.batching), rb = Json::parse(run.batching);
+  for (Json* b : {&gb, &rb}) {
+    b->erase("layout");
+    b->erase("backend");
+  }
+  if (gb != rb) notes.push_back("the batching differs beyond the layout: golden " + gb.dump() + ", run " + rb.dump());
+  return notes;
+}
+
+namespace {
+
+// ---- Output
+
+class Log {
+ public:
+  Log(std::ostream* out, bool bar) : out_(out), bar_(bar) {}
+  ~Log() { clear_bar(); }
+
+  // A line of the log; the bar (if shown) is erased first and drawn again by the next bar().
+  void line(std::string const& text) {
+    clear_bar();
+    if (out_) {
+      *out_ << text << '\n';
+      out_->flush();
+    }
+  }
+  void text(std::string const& block) {
+    clear_bar();
+    if (out_) {
+      *out_ << block;
+      out_->flush();
+    }
+  }
+  void bar(std::string const& text) {
+    if (bar_) draw(text);
+  }
+  void clear_bar() {
+    if (bar_ && shown_) {
+      std::fputs("\r\033[K", stderr);
+      std::fflush(stderr);
+      shown_ = false;
+    }
+  }
+
+ private:
+  void draw(std::string const& text) {
+    std::fprintf(stderr, "\r\033[K%s", text.c_str());
+    std::fflush(stderr);
+    shown_ = true;
+  }
+  std::ostream* out_;
+  bool bar_;
+  bool shown_ = false;
+};
+
+std::string describe_model(model::Qwen35Config const& c, model::Qwen35ForCausalLM const& m, TrainConfig const& tc) {
+  std::ostringstream os;
+  os << "model: " << (tc.preset.empty() ? tc.model_config : "preset " + tc.preset) << ", " << c.num_hidden_layers
+     << " layers, hidden " << c.hidden_size << ", vocab " << c.vocab_size << ", " << grouped(m.num_parameters())
+     << " parameters; " << dtype_name(tc.dtype) << " on " << tc.device << ", backend "
+     << ops::backend_name(tc.backend);
+  return os.str();
+}
+
+}  // namespace
+
+std::vector<golden::StepRecord> RunResult::records() const {
+  std::vector<golden::StepRecord> out;
+  for (StepMetrics const& m : steps) out.push_back(m.record());
+  return out;
+}
+
+// Tolerances of a run against a golden (FORMAT.md: atol + rtol·|golden| + drift·step). Derivations:
+golden::TolerancePolicy golden_tolerance(DType run, std::string const& golden_dtype) {
+  golden::TolerancePolicy p;
+  // lr: both runs evaluate the same schedule formula in double from the same config: equal bit for bit.
+  p.lr = {0, 0, 0};
+  if (run == DType::kFloat64 && golden_dtype == "float64") {
+    // fp64 packed vs fp64 padded (or a rerun on another machine): the same per-example math summed in another order
+    // (GEMM blocking over T = tokens vs rows x longest, the loss sum, the gradient sums over tokens), so each value is
+    // a few ulps (1e-16 relative each) of its sums away from the golden's: ~1e-15 relative. AdamW carries that into
+    // the weights: its update lr·m/(sqrt(v)+eps) moves an element by at most lr·|δg|/eps for a gradient difference
+    // δg, and δg is an ulp of gradients of <= 1e-3 (1e-19): <= 3e-14 per step on weights of ~0.02, i.e. < 1e-13
+    // relative per step in the next losses. Allowed: 1e-12 relative plus 1e-13 per step. Measured on the committed
+    // qwen35-tiny golden (10 steps, packed vs padded, tests/golden/e2e_golden_test.cpp): max relative difference
+    // 3.3e-16 in loss, 1.6e-16 in grad norm, no growth over the steps: the allowance is > 1000x that and 1e8x below
+    // what the planted cross-boundary label shift moves (3e-4 relative in step 0's loss, e2e_golden_test).
+    p.loss = {0, 1e-12, 1e-13};
+    p.grad_norm = {0, 1e-12, 1e-13};
+    return p;
+  }
+  if (run == DType::kFloat32 && golden_dtype == "float64") {
+    // fp32 vs an fp64 golden: every op rounds at 6e-8 relative, and the loss (a mean over a few hundred tokens of a
+    // log-softmax after ~40 ops per layer) lands within ~1e-7 relative of fp64; AdamW's sign-like first updates keep
+    // the weights within fp32 rounding of the fp64 ones unless a gradient sits within rounding of zero, where an
+    // element's update can differ by up to lr. Measured on the committed golden (packed fp32 vs padded fp64, 10
+    // steps): max relative difference 6e-8 in loss and 1.9e-7 in grad norm, no growth over the steps. Allowed:
+    // 1e-5 relative (loss) and 2e-5 (grad norm), ~100x the measured, plus 1e-6 per step for AdamW's drift; the
+    // planted cross-boundary label shift moves step 0's loss by 3e-4 relative, 30x this allowance.
+    p.loss = {0, 1e-5, 1e-6};
+    p.grad_norm = {0, 2e-5, 1e-6};
+    return p;
+  }
+  throw std::invalid_argument(std::string("no derived golden tolerance for a ") + dtype_name(run) +
+                              " run against a " + golden_dtype +
+                              " golden; give the tolerance explicitly (fusepack-train --loss-rtol, --grad-norm-rtol, "
+                              "...)");
+}
+
+std::string source_commit() {
+  auto capture = [](std::string const& command) {
+    std::string out;
+    FILE* pipe = ::popen(command.c_str(), "r");
+    if (!pipe) return std::string();
+    char buf[256];
+    std::size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, pipe)) > 0) out.append(buf, n);
+    if (::pclose(pipe) != 0) return std::string();
+    return out;
+  };
+  std::string const git = "git -C " + shell_quoted(FUSEPACK_SOURCE_DIR) + " ";
+  std::string sha = capture(git + "rev-parse HEAD 2>/dev/null");
+  while (!sha.empty() && (sha.back() == '\n' || sha.back() == '\r')) sha.pop_back();
+  if (sha.size() != 40) return "unknown";
+  std::string const status = capture(git + "status --porcelain 2>/dev/null");
+  return status.empty() ? sha : sha + "-dirty";
+}
+
+void write_weights(std::string const& dir, model::Qwen35Config const& config,
+                   std::vector<std::pair<std::string, at::Tensor>> const& parameters) {
+  checkpoint::TensorMap tensors;
+  for (auto const& [name, p] : parameters) tensors.emplace(name, p.detach());
+  checkpoint::write_checkpoint(dir, tensors);
+  std::string const path = (std::filesystem::path(dir) / "config.json").string();
+  std::ofstream out(path);
+  out << config.to_json() << '\n';
+  if (!out) throw std::runtime_error("write_weights: cannot write '" + path + "'");
+}
+
+RunResult run_training(TrainConfig const& config, RunOptions const& options) {
+  Clock::time_point const start = Clock::now();
+  config.validate();
+  Log log(options.log, options.progress_bar);
+
+  std::optional<golden::GoldenFile> reference;
+  golden::TolerancePolicy tolerance;
+  if (!config.golden_check.empty()) {
+    reference = golden::read_golden(config.golden_check);
+    tolerance = options.tolerance ? *options.tolerance : golden_tolerance(config.dtype, reference->provenance.dtype);
+    tolerance.validate();
+  }
+  check_device(config);
+  if (config.threads > 0) at::set_num_threads(static_cast<int>(config.threads));
+
+  RunResult result;
+  result.model_config = load_model_config(config);
+  model::Qwen35ForCausalLM model(result.model_config, model_options(config));
+  log.line(describe_model(result.model_config, model, config));
+  if (!config.weights.empty()) {
+    checkpoint::Qwen35TextCheckpoint ckpt = checkpoint::read_qwen35_text_checkpoint(config.weights);
+    model.load_state(ckpt.tensors, /*convert_dtype=*/true);
+    log.line("weights: " + config.weights + " (" + std::to_string(ckpt.tensors.size()) + " tensors from " +
+             std::to_string(ckpt.files.size()) + " file(s); " + std::to_string(ckpt.skipped_visual + ckpt.skipped_mtp) +
+             " vision/MTP tensors skipped)");
+  }
+
+  Data const data = load_data(config.data, result.model_config.vocab_size);
+  log.line("data: " + data.description.dump());
+
+  packing::PackerOptions popts;
+  popts.token_budget = config.token_budget;
+  popts.lookahead = config.lookahead;
+  popts.seed = config.seed;
+  popts.oversize = config.oversize;
+  MicroBatchStream stream(packing::example_lengths(data.examples), popts, config.pairing, config.batching);
+  log.line("batching: " + batching_description(config).dump());
+
+  TrainerOptions topts;
+  topts.adamw.beta1 = config.beta1;
+  topts.adamw.beta2 = config.beta2;
+  topts.adamw.eps = config.eps;
+  topts.adamw.weight_decay = config.weight_decay;
+  topts.adamw.decays = optim::qwen35_decays;
+  topts.schedule.peak_lr = config.lr;
+  topts.schedule.min_lr = config.min_lr;
+  topts.schedule.warmup_steps = config.warmup_steps;
+  topts.schedule.total_steps = config.steps;
+  topts.clip_norm = config.clip_norm;
+  Trainer trainer(model, topts);
+
+  at::Device const device = c10::Device(config.device);
+  for (std::int64_t s = 0; s < config.steps; ++s) {
+    std::optional<StepProfiler> profiler;
+    if (s == config.profile_step) {
+      profiler.emplace(s, ops::backend_name(config.backend), device.is_cuda(), device.has_index() ? device.index() : 0);
+    }
+    Clock::time_point const step_start = Clock::now();
+    StepMetrics m;
+    m.micro_batches = config.micro_batches;
+    std::vector<model::ModelBatch> batches;
+    for (std::int64_t i = 0; i < config.micro_batches; ++i) {
+      packing::BatchPlan const& plan = stream.next();
+      if (config.batching == Batching::kPacked) {
+        packing::PackedBatch const b = packing::packed_batch(data.examples, plan, popts);
+        m.tokens += b.num_tokens();
+        m.slots += b.num_tokens();
+        m.examples += b.num_examples();
+        batches.push_back(model::make_model_batch(b, device));
+      } else {
+        packing::PaddedBatch const b = packing::padded_batch(data.examples, plan, popts);
+        m.tokens += b.num_tokens();
+        m.slots += b.num_slots();
+        m.examples += b.rows;
+        batches.push_back(model::make_model_batch(b, device));
+      }
+      if (options.edit_micro_batch) options.edit_micro_batch(batches.back());
+    }
+    StepResult const r = trainer.step(batches);
+    m.step = r.step;
+    m.loss = r.loss;
+    m.grad_norm = r.grad_norm;
+    m.lr = r.lr;
+    m.targets = r.targets;
+    m.seconds = seconds_since(step_start);
+    result.steps.push_back(m);
+    log.line(step_log_line(m, config.steps));
+    if (profiler) {
+      result.profile = profiler->stop();
+      log.text(profile_text(*result.profile));
+    }
+    double const per_step = seconds_since(start) / static_cast<double>(s + 1);
+    log.bar(progress_bar(s + 1, config.steps, m.tokens_per_second(),
+                         per_step * static_cast<double>(config.steps - s - 1)));
+  }
+  log.clear_bar();
+
+  if (!config.output_dir.empty()) {
+    write_weights(config.output_dir, result.model_config, model.named_parameters());
+    log.line("weights written: " + config.output_dir + " (config.json, model.safetensors)");
+  }
+
+  result.golden.provenance = make_provenance(config, result.model_config, data, options.command);
+  result.golden.steps = result.records();
+  if (!config.golden_write.empty()) {
+    golden::write_golden(config.golden_write, result.golden);
+    log.line("golden written: " + config.golden_write);
+  }
+  if (reference) {
+    for (std::string const& note : provenance_differences(reference->provenance, result.golden.provenance)) {
+      log.line("note: " + note);
+    }
+    result.comparison = golden::compare(*reference, result.golden.steps, tolerance);
+    log.line("golden check against " + config.golden_check + " (" + reference->provenance.dtype + ", " +
+             reference->provenance.batching + "):");
+    log.text(result.comparison->table());
+  }
+  result.summary = summarize(result.steps, seconds_since(start));
+  log.text(summary_text(result.summary));
+  return result;
+}
+
+}  // namespace fusepack::train

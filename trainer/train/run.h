@@ -1,0 +1,80 @@
+// One fine-tuning run from a TrainConfig, what fusepack-train does: build the model (preset or config.json, optional
+// weights), load the data (JSONL or synthetic), plan epochs with the packer, group micro-batches into optimizer steps
+// (Trainer), log every step (and draw a progress bar), print the summary, write the fine-tuned weights, write the run
+// as a golden file and/or compare it with one step by step.
+#pragma once
+
+#include "golden/compare.h"
+#include "golden/golden_file.h"
+#include "trainer/model/batch.h"
+#include "trainer/model/config.h"
+#include "trainer/train/config.h"
+#include "trainer/train/profile.h"
+#include "trainer/train/report.h"
+
+#include <ATen/core/Tensor.h>
+
+#include <functional>
+#include <iosfwd>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace fusepack::train {
+
+// Tests only: edits a micro-batch after its invariants were checked and before the model sees it, to plant a bug
+// that the golden comparison must catch (e.g. labels shifted across the whole pack). A training run never sets one.
+using MicroBatchEdit = std::function<void(model::ModelBatch& batch)>;
+
+struct RunOptions {
+  // The command line that started the run, recorded as the golden's provenance.command. Empty = "(library call)".
+  std::string command;
+  // Step lines, summary, notes and the comparison table go here; nullptr = silent.
+  std::ostream* log = nullptr;
+  // Draw a progress bar on stderr, redrawn after each step line (fusepack-train: when stderr is a terminal).
+  bool progress_bar = false;
+  // Tolerance of golden_check. Unset = golden_tolerance(config.dtype, the golden's dtype).
+  std::optional<golden::TolerancePolicy> tolerance;
+  MicroBatchEdit edit_micro_batch;
+};
+
+struct RunResult {
+  model::Qwen35Config model_config;
+  std::vector<StepMetrics> steps;
+  RunSummary summary;
+  golden::GoldenFile golden;                     // the run in the golden format, with its provenance
+  std::optional<golden::Comparison> comparison;  // when config.golden_check was given
+  std::optional<StepProfile> profile;            // when config.profile_step was given
+
+  std::vector<golden::StepRecord> records() const;
+  bool passed() const { return !comparison || comparison->passed(); }  // no golden check, or it passed
+};
+
+// Validates `config` (TrainConfig::validate), reads golden_check before any work (a bad file fails fast), then runs.
+// Throws std::invalid_argument for a bad config, data or weights (the message names the field or file),
+// golden::GoldenError for a bad golden file, optim::NonFiniteGradNorm when a step's gradient is not finite, and
+// whatever the model throws (e.g. the fused backend refusing an op: nothing falls back). A failed golden comparison is
+// not an exception: see RunResult::passed.
+RunResult run_training(TrainConfig const& config, RunOptions const& options = {});
+
+// The tolerance a run of dtype `run` is held to against a golden recorded in `golden_dtype` (FORMAT.md spelling),
+// each number derived in run.cpp. Throws std::invalid_argument for a pair without a derived tolerance (bf16 for now:
+// give RunOptions::tolerance, fusepack-train's --loss-rtol and friends).
+golden::TolerancePolicy golden_tolerance(DType run, std::string const& golden_dtype);
+
+// What differs between a golden's provenance and a run's beyond the batch layout and backend (model config, dataset,
+// seed, the rest of the batching and the optimizer): one sentence each; empty when the run repeats the golden's
+// settings. run_training prints them as notes before a golden check.
+std::vector<std::string> provenance_differences(golden::Provenance const& golden, golden::Provenance const& run);
+
+// The fine-tuned weights as transformers loads them: config.json (Qwen35Config::to_json) and model.safetensors
+// (Hugging Face names, the parameters' dtype) in `dir`, created if needed.
+void write_weights(std::string const& dir, model::Qwen35Config const& config,
+                   std::vector<std::pair<std::string, at::Tensor>> const& parameters);
+
+// `git rev-parse HEAD` of the source tree fusepack was built from, "-dirty" appended when it has local changes;
+// "unknown" when git or the tree is not there.
+std::string source_commit();
+
+}  // namespace fusepack::train

@@ -1,0 +1,63 @@
+#include "trainer/train/trainer.h"
+
+#include "trainer/optim/grad_clip.h"
+#include "trainer/optim/loss_normalization.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace fusepack::train {
+namespace {
+
+std::vector<optim::NamedParameter> named_parameters(model::Qwen35ForCausalLM const& model) {
+  std::vector<optim::NamedParameter> out;
+  for (auto const& [name, p] : model.named_parameters()) out.push_back({name, p});
+  return out;
+}
+
+}  // namespace
+
+Trainer::Trainer(model::Qwen35ForCausalLM& model, TrainerOptions options)
+    : model_(model), options_(std::move(options)), params_(named_parameters(model)), adamw_(params_, options_.adamw) {
+  options_.schedule.validate();
+  if (!(std::isfinite(options_.clip_norm) && options_.clip_norm >= 0)) {
+    throw std::invalid_argument("Trainer: clip_norm must be finite and >= 0 (0 = no clipping); got " +
+                                std::to_string(options_.clip_norm));
+  }
+}
+
+StepResult Trainer::step(std::vector<model::ModelBatch> const& micro_batches) {
+  if (micro_batches.empty()) throw std::invalid_argument("Trainer::step: a step needs at least one micro-batch");
+  if (steps_taken_ >= options_.schedule.total_steps) {
+    throw std::out_of_range("Trainer::step: the schedule has " + std::to_string(options_.schedule.total_steps) +
+                            " steps and all of them were taken");
+  }
+  StepResult r;
+  r.step = steps_taken_;
+  r.lr = options_.schedule.lr(r.step);
+
+  for (optim::NamedParameter& p : params_) p.param.mutable_grad() = at::Tensor();  // zero_grad(set_to_none=True)
+
+  // Count first (DESIGN section 3): every micro-batch's loss is divided by the whole step's target count.
+  std::vector<std::int64_t> counts;
+  for (model::ModelBatch const& b : micro_batches) counts.push_back(b.num_targets);
+  optim::StepLossNormalizer normalizer(counts);
+  for (model::ModelBatch const& b : micro_batches) {
+    model::ForwardOutput const out = model_.forward(b);
+    normalizer.normalize(optim::TokenLossSum::from_sum(out.loss_sum, out.num_targets)).backward();
+  }
+  r.loss = normalizer.step_loss();
+  r.targets = normalizer.global_targets();
+  r.grad_norm = options_.clip_norm > 0 ? optim::clip_grad_norm(params_, options_.clip_norm)
+                                       : optim::grad_norm(params_);  // both throw NonFiniteGradNorm before any update
+  adamw_.step(r.lr);
+  ++steps_taken_;
+  return r;
+}
+
+}  // namespace fusepack::train

@@ -1,0 +1,56 @@
+// Trainer: one optimizer step as DESIGN.md section 3 defines it, over a model's micro-batches: count the step's targets
+// first, then per micro-batch forward → summed cross-entropy / the step's target count → backward (gradients
+// accumulate), clip the global gradient norm, AdamW at the schedule's rate for this step. Single rank.
+#pragma once
+
+#include "trainer/model/batch.h"
+#include "trainer/model/model.h"
+#include "trainer/optim/adamw.h"
+#include "trainer/optim/parameters.h"
+#include "trainer/optim/schedule.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace fusepack::train {
+
+struct TrainerOptions {
+  optim::AdamWOptions adamw;       // betas, eps, weight decay and which parameters it applies to
+  optim::CosineSchedule schedule;  // lr(step) of every update; total_steps bounds how many steps may be taken
+  double clip_norm = 1.0;          // >= 0: clip the global gradient norm to it; 0 = measure it, never clip
+};
+
+// What one optimizer step did; the fields of a golden record (golden/FORMAT.md).
+struct StepResult {
+  std::int64_t step = 0;     // 0-based optimizer step (the schedule's step)
+  double loss = 0;           // Σ token CE over the step's micro-batches / targets, before the update
+  double grad_norm = 0;      // global L2 norm of the gradients before clipping
+  std::int64_t targets = 0;  // the step's targets (labels != -100) over all its micro-batches
+  double lr = 0;             // the learning rate the update used
+};
+
+class Trainer {
+ public:
+  // Registers every parameter of `model` (which must outlive the Trainer) with AdamW; validates the options (throws
+  // std::invalid_argument for the schedule or clip_norm, c10::Error for AdamW's options).
+  Trainer(model::Qwen35ForCausalLM& model, TrainerOptions options);
+
+  // One optimizer step over `micro_batches` (>= 1, on the model's device), in order. Gradients are reset first
+  // (set to none), so nothing carries over from an earlier step. Throws std::invalid_argument for no micro-batch,
+  // c10::Error when the step has no target at all, optim::NonFiniteGradNorm when the gradient norm is NaN or infinite
+  // (the parameters are then left as they were), std::out_of_range once schedule.total_steps steps were taken.
+  StepResult step(std::vector<model::ModelBatch> const& micro_batches);
+
+  std::int64_t steps_taken() const { return steps_taken_; }
+  TrainerOptions const& options() const { return options_; }
+  optim::AdamW const& optimizer() const { return adamw_; }
+
+ private:
+  model::Qwen35ForCausalLM& model_;
+  TrainerOptions options_;
+  std::vector<optim::NamedParameter> params_;  // the model's named_parameters(), shared tensors
+  optim::AdamW adamw_;
+  std::int64_t steps_taken_ = 0;
+};
+
+}  // namespace fusepack::train
