@@ -1,7 +1,8 @@
 // Backward of the chunked gated delta rule: three launches (gated_delta_bwd_kernels.cuh) over the inputs and the
-// tensors the forward saved (it reads g itself, not gcum). Contract: fp32 state gradient and accumulations, 3xTF32
-// (close to fp32 accuracy) on every path into dg and dinitial_state, one rounding of dq, dk, dv, dbeta to the input
-// dtype; bitwise deterministic (no atomics: every sum, the GQA sum over value heads included, runs in a fixed order).
+// tensors the forward saved (it reads g itself, not gcum). Contract: fp32 state gradient and accumulations, tf32
+// tensor-core products with fp32 and fp16 runs splitting their fp32 operands (3xTF32, see Split), one rounding of dq,
+// dk, dv, dbeta to the input dtype; bitwise deterministic (no atomics: every sum, the GQA sum over value heads
+// included, runs in a fixed order).
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/static_switch.h"
 #include "kernels/gated_delta/gated_delta.h"
@@ -72,6 +73,9 @@ void allow_smem(Kernel kernel, std::size_t bytes) {  // per call: the attribute 
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
   }
 }
+
+// An H100/H200 block may have 227 KB of shared memory; the recurrence and the per-chunk kernel run one block per SM.
+static_assert(state_smem_bytes<128>() <= 227 * 1024 && chunk_smem_bytes<128, 128>() <= 227 * 1024);
 
 template <typename T, int K, int V>
 void launch(GatedDeltaBwdParams const& p, cudaStream_t stream) {
