@@ -2,7 +2,8 @@
 # The verification gate: builds fusepack, runs every check this machine can run (GPU checks report SKIPPED without
 # a device), prints a pass/fail summary per label with the worst error-budget share of every checked tensor, then
 # trains the embedded qwen35-tiny model on packed batches and compares it step by step with the committed padded
-# golden (golden/qwen35-tiny-padded.json; loss table, tokens/s, padding share).
+# golden (golden/qwen35-tiny-padded.json; loss table, tokens/s, padding share); on a GPU machine also the fused bf16
+# path on qwen35-tiny64 against its golden, within twice the drift of the padded composite bf16 run.
 # Exit status is non-zero on any failure; JUnit XML is in build/junit.xml.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -14,14 +15,34 @@ ctest --test-dir "$build_dir" --test-output-size-passed 262144 --test-output-siz
 ctest_status=$?
 python3 ci/summarize.py "$build_dir" "$build_dir/junit.xml"
 summary_status=$?
-# The golden's own settings (golden/regenerate.sh) with --batching packed: composite fp64 on the CPU. (The fused
-# backend needs DeltaNet head dims of 64 or 128; qwen35-tiny's are 16, the Hugging Face golden's.)
-echo "[gate] training qwen35-tiny packed against the padded golden golden/qwen35-tiny-padded.json"
-args=$(sed -n 's/^  *--/--/p' golden/regenerate.sh | sed 's/ *\\$//' | tr '\n' ' ' | sed 's/--golden-write [^ ]*//')
-# shellcheck disable=SC2086
-"$build_dir/bin/fusepack-train" ${args/--batching padded/--batching packed} --golden-check golden/qwen35-tiny-padded.json
+# shellcheck source=golden/settings.sh
+source golden/settings.sh
+train="$build_dir/bin/fusepack-train"
+# The golden's own settings with --batching packed: composite fp64 on the CPU, to the fp64-derived tolerance.
+echo "[gate] training qwen35-tiny packed (composite, fp64, cpu) against the padded golden golden/qwen35-tiny-padded.json"
+"$train" --preset qwen35-tiny --batching packed --backend composite --dtype fp64 --device cpu "${golden_settings[@]}" \
+  --golden-check golden/qwen35-tiny-padded.json
 golden_status=$?
-echo "[gate] golden comparison: $([ $golden_status -eq 0 ] && echo PASSED || echo FAILED)"
+echo "[gate] golden comparison (composite): $([ $golden_status -eq 0 ] && echo PASSED || echo FAILED)"
+# On a GPU machine the fused path too: qwen35-tiny64 packed, fused, bf16, against its fp64 padded golden, allowed
+# twice the drift of the padded composite bf16 run (the baseline, run first) plus one bf16 rounding step.
+if nvidia-smi -L >/dev/null 2>&1; then
+  mkdir -p "$build_dir/gate"
+  baseline="$build_dir/gate/qwen35-tiny64-padded-composite-bf16.json"
+  rm -f "$baseline"
+  echo "[gate] GPU: the bf16 baseline, qwen35-tiny64 padded (composite, bf16, cuda) -> $baseline"
+  "$train" --preset qwen35-tiny64 --batching padded --backend composite --dtype bf16 --device cuda \
+    "${golden_settings[@]}" --golden-write "$baseline" >"$build_dir/gate/baseline.log" 2>&1 ||
+    { cat "$build_dir/gate/baseline.log"; golden_status=1; }
+  if [ -f "$baseline" ]; then
+    echo "[gate] GPU: training qwen35-tiny64 packed (fused, bf16, cuda) against golden/qwen35-tiny64-padded.json"
+    "$train" --preset qwen35-tiny64 --batching packed --backend fused --dtype bf16 --device cuda "${golden_settings[@]}" \
+      --golden-check golden/qwen35-tiny64-padded.json --golden-baseline "$baseline"
+    fused_status=$?
+    echo "[gate] golden comparison (fused): $([ $fused_status -eq 0 ] && echo PASSED || echo FAILED)"
+    [ $fused_status -eq 0 ] || golden_status=1
+  fi
+fi
 if [ $ctest_status -eq 0 ] && [ $summary_status -eq 0 ] && [ $golden_status -eq 0 ]; then
   echo "[gate] PASSED: tests and golden"
 else

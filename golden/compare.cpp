@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <stdexcept>
 
 namespace fusepack::golden {
@@ -29,17 +30,54 @@ std::string value_text(FieldCheck const& c, double v) {
   return c.field == "tokens" ? format("%.0f", v) : shortest(v);
 }
 
-void add_check(Comparison& out, std::int64_t step, char const* field, double golden, double run,
-               FieldTolerance const* tol) {
+// allowed(field, k): the allowance of `field` at record k (tokens are always exact).
+using Allowance = std::function<double(char const* field, std::size_t k)>;
+
+void add_check(Comparison& out, std::int64_t step, char const* field, double golden, double run, double allowed) {
   FieldCheck c;
   c.step = step;
   c.field = field;
   c.golden = golden;
   c.run = run;
   c.diff = std::fabs(run - golden);
-  c.allowed = tol ? tol->allowed(golden, step) : 0;
+  c.allowed = allowed;
   c.pass = c.diff <= c.allowed;  // false for NaN
   out.checks.push_back(c);
+}
+
+Comparison compare_records(GoldenFile const& golden, std::vector<StepRecord> const& run, Allowance const& allowed) {
+  Comparison out;
+  std::size_t const common = std::min(golden.steps.size(), run.size());
+  for (std::size_t k = 0; k < common; ++k) {
+    StepRecord const& g = golden.steps[k];
+    StepRecord const& r = run[k];
+    if (g.step != r.step) {
+      out.problems.push_back("record " + std::to_string(k) + " is step " + std::to_string(r.step) +
+                             " in the run but step " + std::to_string(g.step) +
+                             " in the golden; its values are not compared");
+      continue;
+    }
+    add_check(out, g.step, "tokens", static_cast<double>(g.tokens), static_cast<double>(r.tokens), 0);
+    add_check(out, g.step, "loss", g.loss, r.loss, allowed("loss", k));
+    add_check(out, g.step, "grad_norm", g.grad_norm, r.grad_norm, allowed("grad_norm", k));
+    add_check(out, g.step, "lr", g.lr, r.lr, allowed("lr", k));
+  }
+  if (run.size() < golden.steps.size()) {
+    out.problems.push_back("the run has " + std::to_string(run.size()) + " step records but the golden has " +
+                           std::to_string(golden.steps.size()) + ": golden step " +
+                           std::to_string(golden.steps[run.size()].step) + " and later were not reproduced");
+  } else if (run.size() > golden.steps.size()) {
+    out.problems.push_back("the run has " + std::to_string(run.size()) + " step records but the golden has " +
+                           std::to_string(golden.steps.size()) + ": run step " +
+                           std::to_string(run[golden.steps.size()].step) + " and later have no golden value");
+  }
+  return out;
+}
+
+double field_value(StepRecord const& r, std::string const& field) {
+  if (field == "loss") return r.loss;
+  if (field == "grad_norm") return r.grad_norm;
+  return r.lr;
 }
 
 }  // namespace
@@ -63,32 +101,40 @@ void TolerancePolicy::validate() const {
 
 Comparison compare(GoldenFile const& golden, std::vector<StepRecord> const& run, TolerancePolicy const& policy) {
   policy.validate();
-  Comparison out;
-  std::size_t const common = std::min(golden.steps.size(), run.size());
-  for (std::size_t k = 0; k < common; ++k) {
+  return compare_records(golden, run, [&](char const* field, std::size_t k) {
+    std::string const f = field;
+    FieldTolerance const& t = f == "loss" ? policy.loss : f == "grad_norm" ? policy.grad_norm : policy.lr;
+    return t.allowed(field_value(golden.steps[k], f), golden.steps[k].step);
+  });
+}
+
+Comparison compare_with_baseline(GoldenFile const& golden, std::vector<StepRecord> const& baseline,
+                                 std::vector<StepRecord> const& run, double floor_rel) {
+  if (!(std::isfinite(floor_rel) && floor_rel >= 0)) {
+    throw std::invalid_argument("compare_with_baseline: floor_rel must be finite and >= 0; got " + format("%g", floor_rel));
+  }
+  if (baseline.size() < std::min(golden.steps.size(), run.size())) {
+    throw std::invalid_argument("compare_with_baseline: the baseline has " + std::to_string(baseline.size()) +
+                                " step records, fewer than the " +
+                                std::to_string(std::min(golden.steps.size(), run.size())) + " to compare");
+  }
+  for (std::size_t k = 0; k < std::min(golden.steps.size(), baseline.size()); ++k) {
     StepRecord const& g = golden.steps[k];
-    StepRecord const& r = run[k];
-    if (g.step != r.step) {
-      out.problems.push_back("record " + std::to_string(k) + " is step " + std::to_string(r.step) +
-                             " in the run but step " + std::to_string(g.step) +
-                             " in the golden; its values are not compared");
-      continue;
+    StepRecord const& b = baseline[k];
+    if (b.step != g.step || b.tokens != g.tokens || !std::isfinite(b.loss) || !std::isfinite(b.grad_norm)) {
+      throw std::invalid_argument(
+          "compare_with_baseline: baseline record " + std::to_string(k) + " (step " + std::to_string(b.step) + ", " +
+          std::to_string(b.tokens) + " targets, loss " + shortest(b.loss) + ") does not repeat golden step " +
+          std::to_string(g.step) + " (" + std::to_string(g.tokens) +
+          " targets) with finite values: the baseline must be the golden's own run in the run's dtype");
     }
-    add_check(out, g.step, "tokens", static_cast<double>(g.tokens), static_cast<double>(r.tokens), nullptr);
-    add_check(out, g.step, "loss", g.loss, r.loss, &policy.loss);
-    add_check(out, g.step, "grad_norm", g.grad_norm, r.grad_norm, &policy.grad_norm);
-    add_check(out, g.step, "lr", g.lr, r.lr, &policy.lr);
   }
-  if (run.size() < golden.steps.size()) {
-    out.problems.push_back("the run has " + std::to_string(run.size()) + " step records but the golden has " +
-                           std::to_string(golden.steps.size()) + ": golden step " +
-                           std::to_string(golden.steps[run.size()].step) + " and later were not reproduced");
-  } else if (run.size() > golden.steps.size()) {
-    out.problems.push_back("the run has " + std::to_string(run.size()) + " step records but the golden has " +
-                           std::to_string(golden.steps.size()) + ": run step " +
-                           std::to_string(run[golden.steps.size()].step) + " and later have no golden value");
-  }
-  return out;
+  return compare_records(golden, run, [&](char const* field, std::size_t k) {
+    std::string const f = field;
+    if (f == "lr") return 0.0;  // the schedule is evaluated in double from the same config in every run
+    double const g = field_value(golden.steps[k], f);
+    return 2 * std::fabs(field_value(baseline[k], f) - g) + floor_rel * std::fabs(g);
+  });
 }
 
 bool Comparison::passed() const { return problems.empty() && first_failure() == nullptr && !checks.empty(); }

@@ -1,6 +1,7 @@
 // The golden comparator: a run's step records against a golden file's, step by step, under a tolerance policy.
 // Token counts must match exactly (the packed and padded paths must supervise the same targets); loss, grad_norm
-// and lr within atol + rtol·|golden| + drift_per_step·step. A missing or extra step is a failure.
+// and lr within atol + rtol·|golden| + drift_per_step·step (or, for low-precision runs, within the drift of a baseline
+// run: compare_with_baseline). A missing or extra step is a failure.
 #pragma once
 
 #include "golden/golden_file.h"
@@ -56,5 +57,15 @@ struct Comparison {
 // is a problem (its values are not compared: they belong to different steps). Run values are not validated:
 // a NaN loss is a failing check, not an exception. Throws std::invalid_argument for a bad policy.
 Comparison compare(GoldenFile const& golden, std::vector<StepRecord> const& run, TolerancePolicy const& policy);
+
+// DESIGN.md section 5's rule lifted to a training curve, for runs in a low-precision dtype against a golden of higher
+// precision: step k's loss and grad_norm pass when
+//   |run − golden| <= 2·|baseline − golden| + floor_rel·|golden|,
+// where `baseline` is the golden's own run (same model, data, seed, padded composite) repeated in the run's dtype,
+// i.e. the drift users accept today, and floor_rel is one rounding step of that dtype (its unit roundoff). Tokens and
+// lr must match exactly. Throws std::invalid_argument for a negative or non-finite floor and for a baseline that does
+// not repeat the golden (fewer records than compared, other step numbers or target counts, a non-finite value).
+Comparison compare_with_baseline(GoldenFile const& golden, std::vector<StepRecord> const& baseline,
+                                 std::vector<StepRecord> const& run, double floor_rel);
 
 }  // namespace fusepack::golden

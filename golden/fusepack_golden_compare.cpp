@@ -42,6 +42,17 @@ int main(int argc, char** argv) {
   add_tolerance(app, "loss", policy.loss);
   add_tolerance(app, "grad-norm", policy.grad_norm);
   add_tolerance(app, "lr", policy.lr);
+  std::string baseline_path;
+  double floor_rel = 0;
+  auto* baseline_opt =
+      app.add_option("--baseline", baseline_path,
+                     "instead of fixed tolerances: the golden's own run repeated in the run's (low-precision) dtype; "
+                     "allowed = 2*|baseline - golden| + floor-rel*|golden| per step (DESIGN.md section 5)");
+  app.add_option("--floor-rel", floor_rel, "with --baseline: one rounding step of the run's dtype (bf16: 0.00390625)")
+      ->needs(baseline_opt);
+  for (char const* field : {"loss", "grad-norm", "lr"}) {
+    for (char const* kind : {"-atol", "-rtol", "-drift"}) baseline_opt->excludes(std::string("--") + field + kind);
+  }
   try {
     app.parse(argc, argv);
   } catch (CLI::ParseError const& e) {
@@ -57,7 +68,9 @@ int main(int argc, char** argv) {
     if (golden.provenance.model_config != run.provenance.model_config) {
       std::printf("note: the model configs differ\n");
     }
-    Comparison const c = compare(golden, run.steps, policy);
+    Comparison const c = baseline_path.empty()
+                             ? compare(golden, run.steps, policy)
+                             : compare_with_baseline(golden, read_golden(baseline_path).steps, run.steps, floor_rel);
     std::printf("%s", c.table().c_str());
     return c.passed() ? 0 : 1;
   } catch (std::exception const& e) {

@@ -3,9 +3,9 @@
 //   gated_delta_bwd_state  per (example, value head, 64 columns of V): the reverse chunk recurrence of dh, y, dv;
 //   gated_delta_bwd_chunk  per (chunk, key head): dβ and dg of the group's value heads in head order, their dq̂ and
 //                          dk̂ summed in registers, then the scale and the l2norm backward: dq, dk.
-// Matrix products run on the tensor cores (mma.sync m16n8k8 tf32, fp32 accumulation); Split says which operands are
-// split into a tf32 head and a tf32 tail (3xTF32, close to fp32 accuracy): none for bf16 inputs, the fp32
-// intermediates for fp16, all for fp32. The in-chunk cumulative sums of g are recomputed from g in fp64
+// Matrix products run on the tensor cores (mma.sync m16n8k8 tf32, fp32 accumulation) for bf16 and fp16 inputs; Split
+// says which operands are split into a tf32 head and a tf32 tail (3xTF32): none for bf16 inputs, the fp32
+// intermediates for fp16. fp32 inputs run every product in fp32 FMAs. The in-chunk cumulative sums of g are recomputed from g in fp64
 // (chunk_cumsum says why) and the sums that make dg and dβ run in fp64.
 #pragma once
 
@@ -25,16 +25,21 @@ constexpr int kThreads = 32 * kWarps;
 constexpr int kTileV = 64;  // columns of dh one block of the recurrence carries
 constexpr int kSlab = 32;   // rows of h and dh_next per step of gated_delta_bwd_chunk
 
-// Which operands of the products are split into two tf32 parts (3xTF32) for inputs of type T:
+// How the products of each operand class run, for inputs of type T (kTf32: one tf32 product; kSplit: the operand is
+// split into a tf32 head and tail, 3xTF32; kFp32: the product runs in plain fp32 FMAs, no tensor cores):
 //   kIn   the raw inputs q, k, v, do: bf16 and fp16 values are exact in tf32, fp32 ones are not;
-//   kMid  the fp32 intermediates (h, dh, y, v_new, P, Ainv, ...): split for fp32 and fp16 runs, whose outputs are
-//         judged against one rounding step of fp32 / fp16; a bf16 run's fp32 outputs (dg, dinitial_state) are judged
-//         at the bf16 step (tests/kernels/gated_delta_test.cpp), which single tf32 (~1e-3 of the largest entry,
-//         measured in emulation) stays well under, at a third of the tensor-core work.
+//   kMid  the fp32 intermediates (h, dh, y, v_new, P, Ainv, ...): split for fp16 runs, whose outputs are judged
+//         against one rounding step of fp16; a bf16 run's fp32 outputs (dg, dinitial_state) are judged at the bf16
+//         step (tests/kernels/gated_delta_test.cpp), which single tf32 (~1e-3 of the largest entry, measured in
+//         emulation) stays well under, at a third of the tensor-core work.
+// fp32 runs use kFp32 throughout: they are judged against the fp32 composite (cuBLAS fp32 GEMMs) with a floor of one
+// fp32 rounding step, and 3xTF32 keeps only 22 of fp32's 24 mantissa bits per operand: 3-7x over that budget on the
+// H200. fp32 is the accuracy path, not the speed path.
+enum Precision : int { kTf32 = 0, kSplit = 1, kFp32 = 2 };
 template <typename T>
 struct Split {
-  static constexpr bool kIn = std::is_same_v<T, float>;
-  static constexpr bool kMid = !std::is_same_v<T, __nv_bfloat16>;
+  static constexpr int kIn = std::is_same_v<T, float> ? kFp32 : kTf32;
+  static constexpr int kMid = std::is_same_v<T, float> ? kFp32 : std::is_same_v<T, __nv_bfloat16> ? kTf32 : kSplit;
 };
 
 // Device primitives; everything below them is plain C++ (a host emulation of these few runs the kernels on a CPU).
@@ -61,45 +66,66 @@ __device__ __forceinline__ float* shared_floats() {
 }
 #endif
 
-// x as a tf32 head (and, when kSplit, the tf32 of what the head misses: x − head is exact in fp32).
-template <bool kSplit>
+// x as a tf32 head (and, when kTail, the tf32 of what the head misses: x − head is exact in fp32).
+template <bool kTail>
 __device__ __forceinline__ void split_tf32(float x, std::uint32_t& hi, std::uint32_t& lo) {
   hi = to_tf32(x);
-  if constexpr (kSplit) lo = to_tf32(x - __uint_as_float(hi));
+  if constexpr (kTail) lo = to_tf32(x - __uint_as_float(hi));
 }
 
 // One warp: acc[i][j] += Σ_{k < kK} a(r, k) · b(k, c) on the 16×8 tiles at rows m0 + 16·i, columns n0 + nstep·j.
 // a(r, k), b(k, c) read shared memory (any layout: a transposed operand is just another accessor). The tail products
-// come first, the head product last (the small terms accumulate before the large one).
+// come first, the head product last (the small terms accumulate before the large one). kPrecA / kPrecB: Precision;
+// kFp32 on either side runs the whole product in fp32 FMAs with the same fragment layout.
 // acc[i][j][e] is the element at row m0 + 16·i + lane/4 + 8·(e/2), column n0 + nstep·j + 2·(lane%4) + e%2.
-template <int kMI, int kNJ, int kK, bool kSplitA, bool kSplitB, class AAt, class BAt>
+template <int kMI, int kNJ, int kK, int kPrecA, int kPrecB, class AAt, class BAt>
 __device__ __forceinline__ void warp_mma(float (&acc)[kMI][kNJ][4], int m0, int n0, int nstep, AAt const& a,
                                          BAt const& b) {
   int const lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  if constexpr (kPrecA == kFp32 || kPrecB == kFp32) {
+#pragma unroll 1
+    for (int k = 0; k < kK; ++k) {
+#pragma unroll
+      for (int i = 0; i < kMI; ++i) {
+        float const a0 = a(m0 + 16 * i + g, k), a1 = a(m0 + 16 * i + g + 8, k);
+#pragma unroll
+        for (int j = 0; j < kNJ; ++j) {
+          int const c = n0 + nstep * j + 2 * t;
+          float const b0 = b(k, c), b1 = b(k, c + 1);
+          acc[i][j][0] = fmaf(a0, b0, acc[i][j][0]);
+          acc[i][j][1] = fmaf(a0, b1, acc[i][j][1]);
+          acc[i][j][2] = fmaf(a1, b0, acc[i][j][2]);
+          acc[i][j][3] = fmaf(a1, b1, acc[i][j][3]);
+        }
+      }
+    }
+  } else {
+    constexpr bool kSplitA = kPrecA == kSplit, kSplitB = kPrecB == kSplit;
 #pragma unroll 2
-  for (int k0 = 0; k0 < kK; k0 += 8) {
-    std::uint32_t ah[kMI][4], al[kMI][4], bh[kNJ][2], bl[kNJ][2];
+    for (int k0 = 0; k0 < kK; k0 += 8) {
+      std::uint32_t ah[kMI][4], al[kMI][4], bh[kNJ][2], bl[kNJ][2];
 #pragma unroll
-    for (int i = 0; i < kMI; ++i) {
-      int const r = m0 + 16 * i + g;
-      split_tf32<kSplitA>(a(r, k0 + t), ah[i][0], al[i][0]);
-      split_tf32<kSplitA>(a(r + 8, k0 + t), ah[i][1], al[i][1]);
-      split_tf32<kSplitA>(a(r, k0 + t + 4), ah[i][2], al[i][2]);
-      split_tf32<kSplitA>(a(r + 8, k0 + t + 4), ah[i][3], al[i][3]);
-    }
-#pragma unroll
-    for (int j = 0; j < kNJ; ++j) {
-      int const c = n0 + nstep * j + g;
-      split_tf32<kSplitB>(b(k0 + t, c), bh[j][0], bl[j][0]);
-      split_tf32<kSplitB>(b(k0 + t + 4, c), bh[j][1], bl[j][1]);
-    }
-#pragma unroll
-    for (int i = 0; i < kMI; ++i) {
+      for (int i = 0; i < kMI; ++i) {
+        int const r = m0 + 16 * i + g;
+        split_tf32<kSplitA>(a(r, k0 + t), ah[i][0], al[i][0]);
+        split_tf32<kSplitA>(a(r + 8, k0 + t), ah[i][1], al[i][1]);
+        split_tf32<kSplitA>(a(r, k0 + t + 4), ah[i][2], al[i][2]);
+        split_tf32<kSplitA>(a(r + 8, k0 + t + 4), ah[i][3], al[i][3]);
+      }
 #pragma unroll
       for (int j = 0; j < kNJ; ++j) {
-        if constexpr (kSplitA) mma_tf32(acc[i][j], al[i], bh[j]);
-        if constexpr (kSplitB) mma_tf32(acc[i][j], ah[i], bl[j]);
-        mma_tf32(acc[i][j], ah[i], bh[j]);
+        int const c = n0 + nstep * j + g;
+        split_tf32<kSplitB>(b(k0 + t, c), bh[j][0], bl[j][0]);
+        split_tf32<kSplitB>(b(k0 + t + 4, c), bh[j][1], bl[j][1]);
+      }
+#pragma unroll
+      for (int i = 0; i < kMI; ++i) {
+#pragma unroll
+        for (int j = 0; j < kNJ; ++j) {
+          if constexpr (kSplitA) mma_tf32(acc[i][j], al[i], bh[j]);
+          if constexpr (kSplitB) mma_tf32(acc[i][j], ah[i], bl[j]);
+          mma_tf32(acc[i][j], ah[i], bh[j]);
+        }
       }
     }
   }
@@ -354,7 +380,7 @@ template <typename T, int K>
 __global__ void __launch_bounds__(kThreads) gated_delta_bwd_intra(GatedDeltaBwdParams p, float* P_out, float* A_out) {
   using S = IntraSmem<K>;
   constexpr int kLd = S::kLd;
-  constexpr bool kSplit = Split<T>::kIn;
+  constexpr int kPrec = Split<T>::kIn;
   float* const sm = shared_floats();
   float *const q_s = sm + S::q, *const k_s = sm + S::k, *const rq = sm + S::rq, *const rk = sm + S::rk;
   double* const G = reinterpret_cast<double*>(sm) + S::G;
@@ -383,7 +409,7 @@ __global__ void __launch_bounds__(kThreads) gated_delta_bwd_intra(GatedDeltaBwdP
   float const* a_rows = (is_p ? q_s : k_s) + 16 * (warp & 3) * kLd;
   float acc[1][8][4];
   zero(acc);
-  warp_mma<1, 8, K, kSplit, kSplit>(
+  warp_mma<1, 8, K, kPrec, kPrec>(
       acc, 0, 0, 8, [&](int r, int kk) { return a_rows[r * kLd + kk]; },
       [&](int kk, int n) { return k_s[n * kLd + kk]; });
   float* const out = (is_p ? P_out : A_out) + (std::int64_t(c) * p.Hv + j) * kChunk * kChunk;
@@ -414,7 +440,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     gated_delta_bwd_state(GatedDeltaBwdParams p, float const* P_in, float* dh_out, float* y_out) {
   using S = StateSmem<K>;
   constexpr int kLdK = S::kLdK, kLdL = S::kLdL, kLdV = S::kLdV;
-  constexpr bool kIn = Split<T>::kIn, kMid = Split<T>::kMid;
+  constexpr int kIn = Split<T>::kIn, kMid = Split<T>::kMid;
   constexpr int kVTiles = V / kTileV;
   float* const sm = shared_floats();
   float *const q_s = sm + S::q, *const k_s = sm + S::k, *const P_s = sm + S::P, *const T_s = sm + S::T,
@@ -573,7 +599,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                           float const* y_in) {
   using S = ChunkSmem<K, V>;
   constexpr int kLdK = S::kLdK, kLdV = S::kLdV, kLdL = S::kLdL;
-  constexpr bool kIn = Split<T>::kIn, kMid = Split<T>::kMid;
+  constexpr int kIn = Split<T>::kIn, kMid = Split<T>::kMid;
   constexpr int kNJ = K / 16;  // dq̂/dk̂ column tiles per warp
   float* const sm = shared_floats();
   float *const q_s = sm + S::q, *const k_s = sm + S::k, *const do_s = sm + S::dout, *const y_s = sm + S::y,

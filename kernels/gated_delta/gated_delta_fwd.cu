@@ -145,6 +145,7 @@ void check_pointers(GatedDeltaFwdParams const& p, void const* workspace) {
       require(p.k_rstd, "k_rstd");
       require(p.gcum, "gcum");
       require(p.Ainv, "Ainv");
+      require16(p.Ainv, "Ainv");
       require(p.h, "h");
       require(p.v_new, "v_new");
     }

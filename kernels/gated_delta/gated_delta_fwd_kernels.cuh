@@ -1,6 +1,7 @@
 // Device code of the gated delta rule forward: the split-bf16 tensor-core tile products, the WY-inverse kernel
-// (per chunk: rstd, in-chunk cumsum of g, (I + A)^-1 by forward substitution) and the chunk-recurrence kernel (per
-// example, value head and value tile: sequential over chunks, state in fp32 registers). gated_delta_fwd.cu launches.
+// (per chunk: rstd, in-chunk cumsum of g, (I + A)^-1 by blocked forward substitution) and the chunk-recurrence kernel
+// (per example, value head and value tile: sequential over chunks, state in fp32 registers). gated_delta_fwd.cu
+// launches.
 #pragma once
 
 #include "kernels/common/vec.cuh"
@@ -23,7 +24,7 @@ constexpr int kLdSq = kChunk + 8;  // row stride of fp32 [64, 64] tiles and of b
 constexpr int kPlane = kChunk * kLdSq;  // elements of one bf16 plane
 constexpr int kLdPad = 8;          // elements padding each row of a q / k / v tile (16 bytes at 16 bits)
 constexpr float kL2NormEps = 1e-6f;
-constexpr int kWyThreads = 128;    // WY-inverse kernel: 4 warps, two per value head
+constexpr int kWyThreads = 256;    // WY-inverse kernel: 8 warps, four per value head
 
 // Per (token, value head) the WY-inverse kernel writes one record of 8 fp32 that the recurrence reads whole:
 enum Record : int {
@@ -342,69 +343,101 @@ __device__ __forceinline__ void mma_split(float (&d)[4], std::uint32_t const (&a
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// Kernel 1, one block per (chunk, key head, pair of that key head's value heads).
+// Kernel 1, one block per (chunk, key head, pair of that key head's value heads): 8 warps, 4 per value head.
 
+constexpr int kWyTiles = 20;        // m16n8 tiles of Ŝ on and below the diagonal 16×16 blocks: 2 + 4 + 6 + 8
+constexpr int kLdInv = kChunk + 4;  // row stride of the inversion's fp32 squares: the transposed stores of A from
+                                    // accumulator tiles (rows 2t apart, columns g) land on 32 distinct banks
+
+// A value head's fp32 square [64][kLdInv] holds, strictly above the diagonal, Aᵀ (square[j][i] = A[i][j], i > j:
+// a row of it is a column of A, which the column-ordered substitution reads as 16-byte broadcasts), and on and
+// below it the rows of X = (I + A)^-1 as they are solved (the block rows' partial sums first). The two squares
+// overlay the k tile, dead once Ŝ is in the warps' accumulators.
 template <typename T, int kK>
 struct WyInverseSmem {
   static constexpr int kLdK = kK + kLdPad;
-  static constexpr std::size_t kKTile = 0;                                                  // T [64][kLdK]
-  static constexpr std::size_t kSHat = align16(kKTile + sizeof(T) * kChunk * kLdK);        // fp32 [64][kLdSq]
-  static constexpr std::size_t kA = kSHat + sizeof(float) * kChunk * kLdSq;                // fp32 [2][64][kLdSq]
-  static constexpr std::size_t kRstdK = kA + sizeof(float) * 2 * kChunk * kLdSq;           // fp32 [64]
-  static constexpr std::size_t kSq = kRstdK + sizeof(float) * kChunk;                      // fp32 [64]
-  static constexpr std::size_t kG = kSq + sizeof(float) * kChunk;                          // fp32 [2][64]
-  static constexpr std::size_t kBeta = kG + sizeof(float) * 2 * kChunk;                    // fp32 [2][64]
+  static constexpr std::size_t kKTileBytes = sizeof(T) * kChunk * kLdK;
+  static constexpr std::size_t kSquareBytes = sizeof(float) * 2 * kChunk * kLdInv;
+  static constexpr std::size_t kKTile = 0;   // T [64][kLdK]
+  static constexpr std::size_t kSquare = 0;  // fp32 [2][64][kLdInv], after Ŝ
+  static constexpr std::size_t kRstdK = align16(kKTileBytes > kSquareBytes ? kKTileBytes : kSquareBytes);  // [64]
+  static constexpr std::size_t kSq = kRstdK + sizeof(float) * kChunk;    // fp32 [64]
+  static constexpr std::size_t kG = kSq + sizeof(float) * kChunk;        // fp32 [2][64]
+  static constexpr std::size_t kBeta = kG + sizeof(float) * 2 * kChunk;  // fp32 [2][64]
   static constexpr std::size_t kBytes = kBeta + sizeof(float) * 2 * kChunk;
 };
 
-// Columns kRow0 + lane of (I + A)^-1 for a strictly lower-triangular A ([64][kLdSq] in shared memory), by forward
-// substitution down the rows: x_i = δ_i,col − Σ_{j<i} A[i][j] x_j (x_j = 0 above the column's diagonal, so the
-// columns 32..63 start at row 32). Rows i < L are written as P bf16 parts to planes[i · plane_stride + part · 64 +
-// col] and, when out is not null, in fp32 to out[i · row_stride + col]; the rest of a row is 0.
-template <int kRow0, int P>
-__device__ __forceinline__ void solve_unit_lower(float const* A, int lane, int L, float* out, std::int64_t row_stride,
-                                                 __nv_bfloat16* planes, std::int64_t plane_stride) {
-  constexpr int kN = kChunk - kRow0;
-  int const col = kRow0 + lane;
-  float x[kN];
+// The inverse is solved by blocks of 16 rows, each column in the order of the plain forward substitution
+// x_i = δ_i,c − Σ_{j<i} A[i][j] x_j (one fmaf chain over ascending j per element), so every element carries the
+// rounding of that substitution, bit for bit; only the schedule is blocked. Block row I: the panel (wy_panel) runs
+// the chains over the solved rows j < 16I for all columns c < 16I, 16 × 16I independent chains over the value
+// head's 128 threads; the block (wy_substitute) finishes them over j in the block for the columns c < 16I + 16, one
+// lane per column, column-ordered (x_j final, then every later row's accumulator takes its A[·][j] term), so the
+// rows' chains interleave and the dependent path is 16 fmaf long instead of the 120 of a row-ordered 16-row solve.
+
+// The panel of block row kI: rows 16kI + 4·hw.. + 3 of the warp hw (0..3 within the value head), columns lane and
+// (kI = 3) 32 + lane. Entries above the diagonal of X read as 0 (the square holds Aᵀ there), which leaves a chain
+// at +0 until its first nonzero term, as the plain substitution's zero x_j do.
+template <int kI>
+__device__ __forceinline__ void wy_panel(float* square, int hw, int lane) {
+  constexpr int kBase = 16 * kI;
+  int const i0 = kBase + 4 * hw, c0 = lane, c1 = 32 + lane;
+  bool const has_c0 = c0 < kBase, has_c1 = kI == 3 && lane < 16;
+  float acc0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, acc1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-  for (int i = 0; i < kN; ++i) {
-    float const* a = A + (kRow0 + i) * kLdSq + kRow0;
-    float acc = i == lane ? 1.0f : 0.0f;
+  for (int j = 0; j < kBase; ++j) {
+    float4 const a4 = *reinterpret_cast<float4 const*>(square + j * kLdInv + i0);  // A[i0 .. i0 + 3][j]
+    float const a[4] = {a4.x, a4.y, a4.z, a4.w};
+    float const x0 = j >= c0 ? square[j * kLdInv + c0] : 0.0f;
 #pragma unroll
-    for (int jb = 0; jb < (i + 3) / 4; ++jb) {
-      float4 const v = *reinterpret_cast<float4 const*>(a + 4 * jb);
-      float const av[4] = {v.x, v.y, v.z, v.w};
+    for (int u = 0; u < 4; ++u) acc0[u] = fmaf(-a[u], x0, acc0[u]);
+    if (j >= 32) {  // the columns 32.. start at row 32
+      float const x1 = j >= c1 ? square[j * kLdInv + c1] : 0.0f;
 #pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        if (4 * jb + u < i) acc = fmaf(-av[u], x[4 * jb + u], acc);
-      }
-    }
-    x[i] = acc;
-    if (kRow0 + i < L) {
-      if (out != nullptr) out[(kRow0 + i) * row_stride + col] = acc;
-      __nv_bfloat16 w[P];
-      split_one<P>(acc, w);
-#pragma unroll
-      for (int j = 0; j < P; ++j) planes[(kRow0 + i) * plane_stride + j * kChunk + col] = w[j];
+      for (int u = 0; u < 4; ++u) acc1[u] = fmaf(-a[u], x1, acc1[u]);
     }
   }
-  if constexpr (kRow0 > 0) {
 #pragma unroll
-    for (int i = 0; i < kRow0; ++i) {
-      if (i < L) {
-        if (out != nullptr) out[i * row_stride + col] = 0.0f;
+  for (int u = 0; u < 4; ++u) {
+    if (has_c0) square[(i0 + u) * kLdInv + c0] = acc0[u];
+    if (has_c1) square[(i0 + u) * kLdInv + c1] = acc1[u];
+  }
+}
+
+// Block row kI, column c = 32·hw + lane < 16kI + 16 (warps 0 and 1 of the value head): the columns left of the
+// block continue their panel sums, those of the block start at δ (their zero rows above the diagonal add nothing).
+template <int kI>
+__device__ __forceinline__ void wy_substitute(float* square, int hw, int lane) {
+  constexpr int kBase = 16 * kI;
+  int const c = 32 * hw + lane;
+  if (c >= kBase + 16) return;
+  float acc[16];
 #pragma unroll
-        for (int j = 0; j < P; ++j) planes[i * plane_stride + j * kChunk + col] = __float2bfloat16_rn(0.0f);
+  for (int r = 0; r < 16; ++r) acc[r] = c < kBase ? square[(kBase + r) * kLdInv + c] : (kBase + r == c ? 1.0f : 0.0f);
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+    float const x = acc[j];
+    if (c <= kBase + j) square[(kBase + j) * kLdInv + c] = x;
+#pragma unroll
+    for (int q4 = (j + 1) / 4; q4 < 4; ++q4) {
+      float4 const a4 = *reinterpret_cast<float4 const*>(square + (kBase + j) * kLdInv + kBase + 4 * q4);
+      float const a[4] = {a4.x, a4.y, a4.z, a4.w};  // A[kBase + 4·q4 + u][kBase + j]
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        if (4 * q4 + u > j) acc[4 * q4 + u] = fmaf(-a[u], x, acc[4 * q4 + u]);
       }
     }
   }
 }
 
-// Per chunk c and key head: q_rstd, k_rstd, Ŝ = rstd_k_i rstd_k_j (k_i · k_j) (tensor cores); then per value head
-// (warps 0-1 and 2-3 each take one): G = cumsum(g) in the chunk, the token records, A[i][j] = β_i Ŝ[i][j]
-// e^{G_i − G_j} (i > j) and (I + A)^-1 as bf16 parts into ainv_planes ([T, Hv, parts, 64], row = token), and in fp32
-// into p.Ainv when p.save. Tokens past the chunk read as zeros.
+// Per chunk c and key head: q_rstd, k_rstd, Ŝ = rstd_k_i rstd_k_j (k_i · k_j) (tensor cores, kept in the
+// accumulators); per value head (warps 0-3 and 4-7 each take one): G = cumsum(g) in the chunk, the token records,
+// A[i][j] = β_i Ŝ[i][j] e^{G_i − G_j} (i > j) and (I + A)^-1 (by blocks, above) as bf16 parts into ainv_planes
+// ([T, Hv, parts, 64], row = token), and in fp32 into p.Ainv when p.save. Tokens past the chunk read as zeros.
+// 8 warps, ~36 KB of shared memory and <= 80 registers per thread (bf16) let 3 blocks share a multiprocessor, twice
+// the old kernel's resident warps: the kernel is a chain of short dependent steps (loads, cumsum, the Ŝ tiles, 7
+// block steps), hidden by the other blocks' work. (A register cap of 64 for 4 blocks, or of 80 by __launch_bounds__,
+// made ptxas spill.)
 template <typename T, int kK>
 __global__ void __launch_bounds__(kWyThreads) gated_delta_fwd_wy_inverse(GatedDeltaFwdParams p, float* rec,
                                                                          __nv_bfloat16* ainv_planes) {
@@ -413,9 +446,10 @@ __global__ void __launch_bounds__(kWyThreads) gated_delta_fwd_wy_inverse(GatedDe
   constexpr int kP = Pol::kRawParts, kPF = Pol::kOrder + 1;
   extern __shared__ __align__(16) unsigned char gd_smem[];
   T* k_tile = reinterpret_cast<T*>(gd_smem + Sm::kKTile);
-  float* s_hat = reinterpret_cast<float*>(gd_smem + Sm::kSHat);
   float* rstd_k = reinterpret_cast<float*>(gd_smem + Sm::kRstdK);
   float* sq = reinterpret_cast<float*>(gd_smem + Sm::kSq);
+  float* G_all = reinterpret_cast<float*>(gd_smem + Sm::kG);
+  float* beta_all = reinterpret_cast<float*>(gd_smem + Sm::kBeta);
 
   int const tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   int const Hk = p.Hk, Hv = p.Hv, group = Hv / Hk, pairs = (group + 1) / 2;
@@ -427,26 +461,45 @@ __global__ void __launch_bounds__(kWyThreads) gated_delta_fwd_wy_inverse(GatedDe
   std::int64_t const start = p.chunks[c];
   int const L = p.chunks[p.NC + c];
 
-  // q and k rows, 16 bytes per thread per step; a row's sum of squares reduces over the kVecs lanes that hold it.
+  // q and k rows, 16 bytes per thread per step, all in flight before the first use, with g and β of both value
+  // heads; a row's sum of squares reduces over the kVecs lanes that hold it.
   {
     constexpr int kVecN = 16 / sizeof(T), kVecs = kK / kVecN, kIters = kChunk * kVecs / kWyThreads;
     static_assert(kVecs <= 32 && 32 % kVecs == 0, "a row's vectors must sit in one warp");
+    static_assert(kChunk * kVecs % kWyThreads == 0 && 2 * kChunk <= kWyThreads, "one pass of whole steps");
     auto const* q = static_cast<T const*>(p.q);
     auto const* k = static_cast<T const*>(p.k);
+    Vec16<T> qv[kIters], kv[kIters];
 #pragma unroll
     for (int it = 0; it < kIters; ++it) {
       int const idx = tid + it * kWyThreads, r = idx / kVecs, cv = idx % kVecs;
-      Vec16<T> qv = zero16<T>(), kv = zero16<T>();
+      qv[it] = zero16<T>();
+      kv[it] = zero16<T>();
       if (r < L) {
         std::int64_t const off = ((start + r) * Hk + hk) * kK + cv * kVecN;
-        qv = load16(q + off);
-        kv = load16(k + off);
+        qv[it] = load16(q + off);
+        kv[it] = load16(k + off);
       }
-      store16(k_tile + r * Sm::kLdK + cv * kVecN, kv);
+    }
+    if (tid < 2 * kChunk) {
+      int const i = tid & (kChunk - 1), hv_local = 2 * pair + tid / kChunk;
+      float gi = 0.0f, bi = 0.0f;
+      if (hv_local < group && i < L) {
+        std::int64_t const off = (start + i) * Hv + hk * group + hv_local;
+        gi = p.g[off];
+        bi = to_float(static_cast<T const*>(p.beta)[off]);
+      }
+      G_all[tid] = gi;
+      beta_all[tid] = bi;
+    }
+#pragma unroll
+    for (int it = 0; it < kIters; ++it) {
+      int const idx = tid + it * kWyThreads, r = idx / kVecs, cv = idx % kVecs;
+      store16(k_tile + r * Sm::kLdK + cv * kVecN, kv[it]);
       float ssq = 0.0f, ssk = 0.0f;
 #pragma unroll
       for (int e = 0; e < kVecN; ++e) {
-        float const qe = to_float(qv.v[e]), ke = to_float(kv.v[e]);
+        float const qe = to_float(qv[it].v[e]), ke = to_float(kv[it].v[e]);
         ssq = fmaf(qe, qe, ssq);
         ssk = fmaf(ke, ke, ssk);
       }
@@ -472,102 +525,151 @@ __global__ void __launch_bounds__(kWyThreads) gated_delta_fwd_wy_inverse(GatedDe
   }
   __syncthreads();
 
-  // Ŝ, rows 16·warp.. of the warp; only j < i is read later, so tiles above the diagonal are skipped.
-  {
-    int const m0 = warp * 16, g = lane >> 2, t = lane & 3;
-    float acc[8][4] = {};
-#pragma unroll
-    for (int ks = 0; ks < kK / 16; ++ks) {
-      std::uint32_t a[kP][4];
-      load_a_rows<T, kP>(k_tile, Sm::kLdK, m0, 16 * ks, lane, a);
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
-        if (8 * nt < m0 + 16) {
-          std::uint32_t b[kP][2];
-          load_b_cols<T, kP>(k_tile, Sm::kLdK, 8 * nt, 16 * ks, lane, b);
-          mma_split<Pol::kOrder>(acc[nt], a, b);
-        }
-      }
-    }
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        int const i = m0 + g + 8 * (e >> 1), j = 8 * nt + 2 * t + (e & 1);
-        s_hat[i * kLdSq + j] = rstd_k[i] * rstd_k[j] * acc[nt][e];
-      }
-    }
-  }
-
-  int const slot = warp >> 1, hv_local = 2 * pair + slot;
-  bool const active = hv_local < group;  // an odd group leaves the last block's second pair of warps idle
+  int const slot = warp >> 2, hw = warp & 3, hv_local = 2 * pair + slot;
+  bool const active = hv_local < group;  // an odd group leaves the last block's second value head idle
   int const hv = hk * group + hv_local;
-  float* G = reinterpret_cast<float*>(gd_smem + Sm::kG) + slot * kChunk;
-  float* beta_s = reinterpret_cast<float*>(gd_smem + Sm::kBeta) + slot * kChunk;
-  float* A = reinterpret_cast<float*>(gd_smem + Sm::kA) + slot * kChunk * kLdSq;
 
   // G by a sequential fp32 cumsum: a tree scan rounds neighbouring partial sums along different paths, and the
   // differences G_i − G_j that the kernels exponentiate then carry several ulps of |G| (~3× the error of plain fp32
-  // in emulation at |G| ≈ 45) instead of one.
-  if (active && (warp & 1) == 0) {
-    auto const* beta = static_cast<T const*>(p.beta);
+  // in emulation at |G| ≈ 45) instead of one. One lane per value head, in warps 6 and 7, which have fewer Ŝ tiles.
+  if (warp >= 6 && lane == 0 && (2 * pair + warp - 6) < group) {
+    float4* G4 = reinterpret_cast<float4*>(G_all + (warp - 6) * kChunk);
+    float run = 0.0f;
 #pragma unroll
-    for (int u = 0; u < 2; ++u) {
-      int const i = lane + 32 * u;
-      G[i] = i < L ? p.g[(start + i) * Hv + hv] : 0.0f;
-      beta_s[i] = i < L ? to_float(beta[(start + i) * Hv + hv]) : 0.0f;
-    }
-    __syncwarp();
-    if (lane == 0) {  // in registers: 64 dependent adds, no shared-memory round trip per step
-      float4* G4 = reinterpret_cast<float4*>(G);
-      float gv[kChunk];
-#pragma unroll
-      for (int i = 0; i < kChunk / 4; ++i) {
-        float4 const v4 = G4[i];
-        gv[4 * i] = v4.x;
-        gv[4 * i + 1] = v4.y;
-        gv[4 * i + 2] = v4.z;
-        gv[4 * i + 3] = v4.w;
-      }
-#pragma unroll
-      for (int i = 1; i < kChunk; ++i) gv[i] += gv[i - 1];
-#pragma unroll
-      for (int i = 0; i < kChunk / 4; ++i) G4[i] = make_float4(gv[4 * i], gv[4 * i + 1], gv[4 * i + 2], gv[4 * i + 3]);
+    for (int i = 0; i < kChunk / 4; ++i) {
+      float4 v4 = G4[i];
+      v4.x = i == 0 ? v4.x : run + v4.x;  // G_0 = g_0 as it is (a sign of zero included)
+      v4.y += v4.x;
+      v4.z += v4.y;
+      v4.w += v4.z;
+      run = v4.w;
+      G4[i] = v4;
     }
   }
-  __syncthreads();
 
-  if (active) {
-    int const ts = tid & 63;  // this thread's token (records) and column (A) within the value head's two warps
+  // Ŝ on the m16n8 tiles (row block mb, column tile nt <= 2mb + 1) w, w + 8, w + 16 of the warp w; rows past the
+  // chunk are zero and skipped. Each tile accumulates over K in the same order as a full-row product would.
+  float acc[3][4] = {};
+  int tile_mb[3], tile_nt[3];
+#pragma unroll
+  for (int u = 0; u < 3; ++u) {
+    int const idx = warp + 8 * u;
+    int const mb = idx < 2 ? 0 : idx < 6 ? 1 : idx < 12 ? 2 : 3;
+    tile_mb[u] = idx < kWyTiles && 16 * mb < L ? mb : -1;
+    tile_nt[u] = idx - mb * (mb + 1);
+  }
+#pragma unroll
+  for (int ks = 0; ks < kK / 16; ++ks) {
+#pragma unroll
+    for (int u = 0; u < 3; ++u) {
+      if (tile_mb[u] >= 0) {
+        std::uint32_t a[kP][4], b[kP][2];
+        load_a_rows<T, kP>(k_tile, Sm::kLdK, 16 * tile_mb[u], 16 * ks, lane, a);
+        load_b_cols<T, kP>(k_tile, Sm::kLdK, 8 * tile_nt[u], 16 * ks, lane, b);
+        mma_split<Pol::kOrder>(acc[u], a, b);
+      }
+    }
+  }
+  __syncthreads();  // the k tile is dead (the squares overlay it); G is complete
+
+  if (tid < 2 * kChunk && 2 * pair + tid / kChunk < group) {
+    int const ts = tid & (kChunk - 1), h = tid / kChunk, hv_t = hk * group + 2 * pair + h;
     if (ts < L) {
+      float const* G = G_all + h * kChunk;
       float const Gi = G[ts], GL = G[L - 1], rk = rstd_k[ts], sqi = sq[ts];
       float const eG = policy_exp<T>(Gi);
-      float4 const r0 = make_float4(Gi, beta_s[ts], eG * rk, sqi * eG);
+      float4 const r0 = make_float4(Gi, beta_all[h * kChunk + ts], eG * rk, sqi * eG);
       float4 const r1 = make_float4(rk * policy_exp<T>(GL - Gi), sqi, rk, policy_exp<T>(GL));
-      float4* dst = reinterpret_cast<float4*>(rec + ((start + ts) * Hv + hv) * kRecord);
+      float4* dst = reinterpret_cast<float4*>(rec + ((start + ts) * Hv + hv_t) * kRecord);
       dst[0] = r0;
       dst[1] = r1;
-      if (p.save) p.gcum[(start + ts) * Hv + hv] = Gi;
+      if (p.save) p.gcum[(start + ts) * Hv + hv_t] = Gi;
     }
-    // exp(G_i − G_j) only for j < i < L: a difference of two partial sums of one chunk, never e^{G_i}·e^{−G_j}.
-    float const Gj = G[ts];
-#pragma unroll 4
-    for (int i = 0; i < kChunk; ++i) {
-      float a = 0.0f;
-      if (ts < i && i < L) a = beta_s[i] * s_hat[i * kLdSq + ts] * policy_exp<T>(G[i] - Gj);
-      A[i * kLdSq + ts] = a;
+  }
+
+  // A of both value heads from the Ŝ tiles, transposed into the squares (rows past the chunk: 0). exp(G_i − G_j)
+  // only for j < i < L: a difference of two partial sums of one chunk, never e^{G_i}·e^{−G_j}.
+  {
+    int const g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int u = 0; u < 3; ++u) {
+      int const idx = warp + 8 * u, mb = idx < 2 ? 0 : idx < 6 ? 1 : idx < 12 ? 2 : 3;
+      if (idx < kWyTiles) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          int const i = 16 * mb + g + 8 * (e >> 1), j = 8 * tile_nt[u] + 2 * t + (e & 1);
+          if (j < i) {
+            float const s = rstd_k[i] * rstd_k[j] * acc[u][e];
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              if (2 * pair + h < group) {
+                float const* G = G_all + h * kChunk;
+                float const a = i < L ? beta_all[h * kChunk + i] * s * policy_exp<T>(G[i] - G[j]) : 0.0f;
+                reinterpret_cast<float*>(gd_smem + Sm::kSquare)[(h * kChunk + j) * kLdInv + i] = a;
+              }
+            }
+          }
+        }
+      }
     }
   }
   __syncthreads();
 
+  // Block rows past the chunk feed no row below L: skipped (L is the same for the whole block).
+  float* square = reinterpret_cast<float*>(gd_smem + Sm::kSquare) + slot * kChunk * kLdInv;
+  if (active) wy_substitute<0>(square, hw, lane);
+  __syncthreads();
+  if (16 < L) {
+    if (active) wy_panel<1>(square, hw, lane);
+    __syncthreads();
+    if (active) wy_substitute<1>(square, hw, lane);
+    __syncthreads();
+  }
+  if (32 < L) {
+    if (active) wy_panel<2>(square, hw, lane);
+    __syncthreads();
+    if (active) wy_substitute<2>(square, hw, lane);
+    __syncthreads();
+  }
+  if (48 < L) {
+    if (active) wy_panel<3>(square, hw, lane);
+    __syncthreads();
+    if (active) wy_substitute<3>(square, hw, lane);
+    __syncthreads();
+  }
+
+  // Rows i < L out, 8 columns per thread: X on and below the diagonal, zeros above it (where the square holds Aᵀ).
   if (active) {
+    std::int64_t const row_stride = std::int64_t(Hv) * kChunk;
     float* out = p.save ? p.Ainv + (start * Hv + hv) * kChunk : nullptr;
     __nv_bfloat16* planes = ainv_planes + (start * Hv + hv) * kPF * kChunk;
-    std::int64_t const row_stride = std::int64_t(Hv) * kChunk, plane_stride = row_stride * kPF;
-    if ((warp & 1) == 0) {
-      solve_unit_lower<0, kPF>(A, lane, L, out, row_stride, planes, plane_stride);
-    } else {
-      solve_unit_lower<32, kPF>(A, lane, L, out, row_stride, planes, plane_stride);
+    constexpr int kGroups = kChunk / 8, kItems = kChunk * kGroups / (kWyThreads / 2);
+#pragma unroll
+    for (int it = 0; it < kItems; ++it) {
+      int const idx = (tid & (kWyThreads / 2 - 1)) + it * (kWyThreads / 2), i = idx / kGroups, c0 = 8 * (idx % kGroups);
+      if (i < L) {
+        float x[8];
+        float4 const lo = *reinterpret_cast<float4 const*>(square + i * kLdInv + c0);
+        float4 const hi = *reinterpret_cast<float4 const*>(square + i * kLdInv + c0 + 4);
+        float const xs[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+        for (int e = 0; e < 8; ++e) x[e] = c0 + e <= i ? xs[e] : 0.0f;
+        if (out != nullptr) {
+          float4* dst = reinterpret_cast<float4*>(out + i * row_stride + c0);
+          dst[0] = make_float4(x[0], x[1], x[2], x[3]);
+          dst[1] = make_float4(x[4], x[5], x[6], x[7]);
+        }
+        __nv_bfloat16 w[8][kPF];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) split_one<kPF>(x[e], w[e]);
+#pragma unroll
+        for (int part = 0; part < kPF; ++part) {
+          Vec16<__nv_bfloat16> v;
+#pragma unroll
+          for (int e = 0; e < 8; ++e) v.v[e] = w[e][part];
+          store16(planes + i * row_stride * kPF + part * kChunk + c0, v);
+        }
+      }
     }
   }
 }

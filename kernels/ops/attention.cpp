@@ -1,6 +1,7 @@
 #include "kernels/ops/attention.h"
 
 #include "kernels/ops/check.h"
+#include "kernels/ops/op_scope.h"
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
@@ -156,6 +157,7 @@ at::Tensor attention(at::Tensor const& q, at::Tensor const& k, at::Tensor const&
   }
   TORCH_CHECK(max_seqlen >= longest, "attention: max_seqlen=", max_seqlen, " is smaller than the longest example (",
               longest, " tokens, example ", longest_at, " of cu_seqlens); it must be at least that");
+  FUSEPACK_OP_SCOPE("attention", backend);
   if (backend == Backend::kComposite) return attention_composite(q, k, v, cu, scale, gate);
 
   check_fused_input("attention", "q", q);

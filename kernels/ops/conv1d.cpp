@@ -1,6 +1,7 @@
 #include "kernels/ops/conv1d.h"
 
 #include "kernels/ops/check.h"
+#include "kernels/ops/op_scope.h"
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
@@ -116,6 +117,7 @@ at::Tensor conv1d(at::Tensor const& x, at::Tensor const& weight, at::Tensor cons
     check_sizes(op, "initial_state", initial_state, {N, C, W - 1});
     check_same_dtype_device(op, "initial_state", initial_state, "x", x);
   }
+  FUSEPACK_OP_SCOPE("conv1d", backend);
   if (backend == Backend::kComposite) return conv1d_composite(x, weight, cu, silu, initial_state);
 
   TORCH_CHECK(W >= 2, op, ": the fused kernel supports width W in 2..4; got W=", W, " (weight ", weight.sizes(),

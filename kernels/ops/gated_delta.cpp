@@ -1,6 +1,7 @@
 #include "kernels/ops/gated_delta.h"
 
 #include "kernels/ops/check.h"
+#include "kernels/ops/op_scope.h"
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
@@ -353,6 +354,7 @@ GatedDeltaResult gated_delta(at::Tensor const& q, at::Tensor const& k, at::Tenso
     TORCH_CHECK(initial_state.device() == q.device(), op, ": initial_state is on ", initial_state.device(),
                 " but q is on ", q.device(), "; they must be on the same device");
   }
+  FUSEPACK_OP_SCOPE("gated_delta", backend);
   if (backend == Backend::kComposite) {
     return gated_delta_composite(q, k, v, g, beta, cu, scale, use_qk_l2norm, initial_state, output_final_state);
   }

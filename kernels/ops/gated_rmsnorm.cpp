@@ -1,6 +1,7 @@
 #include "kernels/ops/gated_rmsnorm.h"
 
 #include "kernels/ops/check.h"
+#include "kernels/ops/op_scope.h"
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
@@ -91,6 +92,7 @@ at::Tensor gated_rmsnorm(at::Tensor const& x, at::Tensor const& z, at::Tensor co
   check_same_dtype_device("gated_rmsnorm", "z", z, "x", x);
   check_same_dtype_device("gated_rmsnorm", "weight", weight, "x", x);
   TORCH_CHECK(eps > 0, "gated_rmsnorm: eps must be > 0; got ", eps);
+  FUSEPACK_OP_SCOPE("gated_rmsnorm", backend);
   if (backend == Backend::kComposite) return gated_rmsnorm_composite(x, z, weight, eps);
   check_fused_input("gated_rmsnorm", "x", x);
   check_fused_input("gated_rmsnorm", "z", z);

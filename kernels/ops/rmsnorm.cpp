@@ -1,6 +1,7 @@
 #include "kernels/ops/rmsnorm.h"
 
 #include "kernels/ops/check.h"
+#include "kernels/ops/op_scope.h"
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
@@ -81,6 +82,7 @@ at::Tensor rmsnorm(at::Tensor const& x, at::Tensor const& weight, double eps, Ba
   check_sizes("rmsnorm", "weight", weight, {x.size(-1)});
   check_same_dtype_device("rmsnorm", "weight", weight, "x", x);
   TORCH_CHECK(eps > 0, "rmsnorm: eps must be > 0; got ", eps);
+  FUSEPACK_OP_SCOPE("rmsnorm", backend);
   if (backend == Backend::kComposite) return rmsnorm_composite(x, weight, eps);
   check_fused_input("rmsnorm", "x", x);
   check_fused_input("rmsnorm", "weight", weight);

@@ -1,6 +1,7 @@
 #include "kernels/ops/rope.h"
 
 #include "kernels/ops/check.h"
+#include "kernels/ops/op_scope.h"
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
@@ -102,6 +103,7 @@ at::Tensor rope(at::Tensor const& x, at::Tensor const& position_ids, int64_t rot
   TORCH_CHECK(rotary_dim % 2 == 0, "rope: rotary_dim must be even (NeoX half-split pairs i with i + rotary_dim/2); got",
               " rotary_dim=", rotary_dim);
   TORCH_CHECK(theta > 0 && std::isfinite(theta), "rope: theta must be positive and finite; got theta=", theta);
+  FUSEPACK_OP_SCOPE("rope", backend);
   if (backend == Backend::kComposite) return rope_composite(x, position_ids, rotary_dim, theta);
   check_fused_input("rope", "x", x);
   TORCH_CHECK(rotary_dim <= kMaxFusedRotaryDim, "rope: the fused kernel supports rotary_dim up to ", kMaxFusedRotaryDim,

@@ -1,6 +1,7 @@
 #include "kernels/ops/swiglu.h"
 
 #include "kernels/ops/check.h"
+#include "kernels/ops/op_scope.h"
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
@@ -61,6 +62,7 @@ at::Tensor swiglu(at::Tensor const& gate, at::Tensor const& up, Backend backend)
   TORCH_CHECK(gate.sizes() == up.sizes(), "swiglu: gate has shape ", gate.sizes(), " but up has ", up.sizes(),
               "; they must match");
   check_same_dtype_device("swiglu", "up", up, "gate", gate);
+  FUSEPACK_OP_SCOPE("swiglu", backend);
   if (backend == Backend::kComposite) return at::silu(gate) * up;
   check_fused_input("swiglu", "gate", gate);
   check_fused_input("swiglu", "up", up);

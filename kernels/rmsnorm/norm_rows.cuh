@@ -209,8 +209,10 @@ struct NormRing {
   }
 };
 
-// Shared memory of a backward block: the ring (vector path; `stages` is 2..4, as many as fit in ~64 KB) and, when
-// rows share a block, groups × dim fp32 for the dweight partial.
+// Shared memory of a backward block: the ring (vector path; `stages` is 2..4, as many as fit in 48 KB) and, when
+// rows share a block, groups × dim fp32 for the dweight partial. 48 KB rather than 64: at D = 5120 bf16 (20 KB per
+// stage) two stages per block let four blocks share an SM instead of three with three stages — more rows in flight
+// per SM, 0.141 → 0.138 ms forward+backward on the H200 (NOTES.md).
 struct NormBwdSmem {
   int stages = 0;
   std::size_t ring_bytes = 0, bytes = 0;
@@ -219,7 +221,7 @@ struct NormBwdSmem {
 inline NormBwdSmem norm_bwd_smem(NormRowLayout const& l, int tensors) {
   NormBwdSmem m;
   if (l.vec) {
-    std::size_t const per_stage = std::size_t(tensors) * l.iters * l.threads * 16, budget = 64 << 10;
+    std::size_t const per_stage = std::size_t(tensors) * l.iters * l.threads * 16, budget = 48 << 10;
     std::size_t const fit = budget / per_stage;
     m.stages = fit >= 4 ? 4 : (fit >= 2 ? static_cast<int>(fit) : 2);
     m.ring_bytes = m.stages * per_stage;
@@ -229,10 +231,11 @@ inline NormBwdSmem norm_bwd_smem(NormRowLayout const& l, int tensors) {
 }
 
 // With one row per block, each block writes dim fp32 partials that the reduction reads back: 2·blocks·dim·4 bytes
-// against 3·rows·dim·sizeof(T) of the pass (at 8192 rows of bf16, 2.1 % per block per SM). Three blocks per SM, each
-// with its cp.async ring 2 rows ahead, keep ~120 KB in flight per SM at D = 5120 bf16 (2 → 3 took the [8192, 5120]
-// forward+backward from 0.151 to 0.143 ms on the H200; NOTES.md).
-inline constexpr int kNormBlockRowBlocksPerSm = 3;
+// against 3·rows·dim·sizeof(T) of the pass (at 8192 rows of bf16, 2.1 % per block per SM). Four blocks per SM, each
+// with its cp.async ring a row ahead, keep ~160 KB of rows per SM at D = 5120 bf16 (the [8192, 5120] forward+backward
+// on the H200: 2 blocks 0.151 ms, 3 blocks 0.141 ms, 4 blocks with the 48 KB ring 0.138 ms, 5 or 6 no better;
+// NOTES.md).
+inline constexpr int kNormBlockRowBlocksPerSm = 4;
 
 // Persistent grid of a backward kernel: as many blocks as fit on the device at once (capped for one row per block),
 // no more than there are rows. Depends only on the device and the layout, so the backward's summation order does too.

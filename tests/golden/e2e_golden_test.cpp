@@ -4,7 +4,7 @@
 // fp32-derived one. A planted packing bug (labels shifted across example boundaries) must make the comparison fail.
 #include "golden/compare.h"
 #include "golden/golden_file.h"
-#include "trainer/model/batch.h"
+#include "tests/golden/e2e_support.h"
 #include "trainer/train/config.h"
 #include "trainer/train/run.h"
 
@@ -31,41 +31,11 @@ using train::TrainConfig;
 
 std::string const kGolden = std::string(FUSEPACK_GOLDEN_DIR) + "/qwen35-tiny-padded.json";
 
-// golden/regenerate.sh's settings with --batching packed (the test below checks the two agree through the golden's
-// provenance, so a regeneration with other settings cannot pass unnoticed).
+// golden/settings.sh's settings with --batching packed, composite on the CPU.
 TrainConfig packed_config(DType dtype) {
-  TrainConfig c;
-  c.preset = "qwen35-tiny";
-  c.batching = train::Batching::kPacked;
-  c.pairing = packing::PlanMode::kPaired;
-  c.backend = ops::Backend::kComposite;
-  c.dtype = dtype;
-  c.device = "cpu";
-  c.threads = 1;
-  c.data = "synthetic:n=128,median=40,sigma=0.6,min=1,max=128,prompt=0.25,seed=7";
-  c.token_budget = 256;
-  c.micro_batches = 2;
-  c.steps = 10;
-  c.lr = 3e-3;
-  c.warmup_steps = 2;
-  c.min_lr = 3e-4;
-  c.weight_decay = 0.1;
-  c.beta1 = 0.9;
-  c.beta2 = 0.95;
-  c.eps = 1e-8;
-  c.clip_norm = 1.0;
-  c.seed = 1234;
+  TrainConfig c = golden_settings("qwen35-tiny", train::Batching::kPacked, ops::Backend::kComposite, dtype, "cpu");
   c.golden_check = kGolden;
   return c;
-}
-
-// Max over steps of |run − golden| / |golden| for one field, printed so the tolerance's derivation can be re-measured.
-double max_rel_diff(golden::Comparison const& c, std::string const& field) {
-  double worst = 0;
-  for (golden::FieldCheck const& f : c.checks) {
-    if (f.field == field && f.golden != 0) worst = std::max(worst, f.diff / std::fabs(f.golden));
-  }
-  return worst;
 }
 
 train::RunResult run_against_golden(TrainConfig const& config, train::MicroBatchEdit edit = {}) {
@@ -101,24 +71,6 @@ TEST(E2EGolden, PackedCompositeFp64ReproducesThePaddedGoldenStepByStep) {
   EXPECT_TRUE(r.comparison->passed()) << r.comparison->verdict();
   // Packing removes the padding: the packed run computes only real tokens.
   EXPECT_EQ(r.summary.padding_share(), 0.0);
-}
-
-// The bug a collator makes when it shifts the concatenated labels of a pack once: the prediction at the last token of
-// example i targets the first token of example i+1 (labels[t] = tokens[t+1] across the boundary), as if the pack were
-// one example. The batch's own invariant check (PackedBatch::validate) would refuse such labels, so the bug is
-// planted after it, on the model's batch.
-void shift_labels_across_boundaries(model::ModelBatch& b) {
-  at::Tensor cu = b.cu_seqlens.to(at::kLong);
-  std::int64_t const n = b.num_examples;
-  auto const* cu_p = cu.data_ptr<std::int64_t>();
-  auto* labels = b.labels.data_ptr<std::int64_t>();
-  auto const* tokens = b.tokens.data_ptr<std::int64_t>();
-  for (std::int64_t i = 0; i + 1 < n; ++i) {
-    std::int64_t const last = cu_p[i + 1] - 1;
-    if (labels[last] == model::kIgnoreIndex) ++b.num_targets;
-    labels[last] = tokens[last + 1];
-    b.max_label = std::max<std::int32_t>(b.max_label, static_cast<std::int32_t>(tokens[last + 1]));
-  }
 }
 
 void expect_planted_bug_caught(DType dtype) {

@@ -5,6 +5,7 @@
 #include "golden/golden_file.h"
 
 #include "tests/support/env.h"
+#include "tests/support/expect.h"
 
 #include <gtest/gtest.h>
 
@@ -356,6 +357,68 @@ TEST(GoldenCompare, NonFiniteRunValueFails) {
   EXPECT_THROW(golden::compare(g, run, TolerancePolicy{{-1, 0, 0}, {}, {}}), std::invalid_argument);
 }
 
+// A baseline that drifts from the golden by a known amount per step: loss by 1e-3 relative, grad_norm by 2e-3.
+std::vector<StepRecord> drifted(GoldenFile const& g) {
+  std::vector<StepRecord> b = g.steps;
+  for (StepRecord& r : b) {
+    r.loss *= 1 + 1e-3;
+    r.grad_norm *= 1 - 2e-3;
+  }
+  return b;
+}
+
+TEST(GoldenCompareWithBaseline, AllowsTwiceTheBaselinesDriftPlusTheFloorPerStep) {
+  GoldenFile const g = sample(6);
+  std::vector<StepRecord> const baseline = drifted(g);
+  double const floor_rel = 1.0 / 256;  // bf16's unit roundoff
+  auto rng = test_rng();
+  int const k = std::uniform_int_distribution<int>(0, 5)(rng);
+  for (char const* field : {"loss", "grad_norm"}) {
+    std::string const f = field;
+    double const drift = f == "loss" ? 1e-3 : 2e-3;
+    for (double share : {0.9, 1.1}) {  // just inside passes, just outside fails: the rule decides, not a constant
+      std::vector<StepRecord> run = g.steps;
+      double& value = f == "loss" ? run[static_cast<std::size_t>(k)].loss : run[static_cast<std::size_t>(k)].grad_norm;
+      value += share * (2 * drift + floor_rel) * std::fabs(value);
+      Comparison const c = golden::compare_with_baseline(g, baseline, run, floor_rel);
+      if (share < 1) {
+        EXPECT_TRUE(c.passed()) << field << " at step " << k << "\n" << c.table();
+        continue;
+      }
+      std::printf("%s\n", c.verdict().c_str());
+      ASSERT_FALSE(c.passed()) << field << " at step " << k;
+      EXPECT_EQ(c.first_failure()->step, k);
+      EXPECT_EQ(c.first_failure()->field, f);
+    }
+  }
+  // The baseline's drift is no licence for other target counts or another lr.
+  std::vector<StepRecord> run = g.steps;
+  run[1].tokens += 1;
+  EXPECT_FALSE(golden::compare_with_baseline(g, baseline, run, floor_rel).passed());
+  run = g.steps;
+  run[2].lr *= 1 + 1e-12;
+  EXPECT_FALSE(golden::compare_with_baseline(g, baseline, run, floor_rel).passed());
+  // A baseline equal to the golden leaves only the floor.
+  run = g.steps;
+  run[3].loss *= 1 + 2 * floor_rel;
+  EXPECT_FALSE(golden::compare_with_baseline(g, g.steps, run, floor_rel).passed());
+}
+
+TEST(GoldenCompareWithBaseline, RefusesABaselineThatIsNotTheGoldensRun) {
+  GoldenFile const g = sample(4);
+  std::vector<StepRecord> baseline = drifted(g);
+  baseline[2].tokens += 3;
+  FUSEPACK_EXPECT_INVALID_ARGUMENT(golden::compare_with_baseline(g, baseline, g.steps, 0.0),
+                                   "does not repeat golden step 2");
+  baseline = drifted(g);
+  baseline.pop_back();
+  FUSEPACK_EXPECT_INVALID_ARGUMENT(golden::compare_with_baseline(g, baseline, g.steps, 0.0), "fewer than the 4");
+  baseline = drifted(g);
+  baseline[0].loss = std::numeric_limits<double>::infinity();
+  FUSEPACK_EXPECT_INVALID_ARGUMENT(golden::compare_with_baseline(g, baseline, g.steps, 0.0), "finite values");
+  FUSEPACK_EXPECT_INVALID_ARGUMENT(golden::compare_with_baseline(g, drifted(g), g.steps, -1.0), "floor_rel");
+}
+
 // ------------------------------------------------------------------------------------------------------------------
 // fusepack-golden-compare, run as a user runs it
 
@@ -397,6 +460,18 @@ TEST(FusepackGoldenCompare, ExitsZeroOnPassOneOnFailTwoOnError) {
   Result const missing = run_compare(dir + "golden.json " + dir + "absent.json");
   EXPECT_EQ(missing.exit_code, 2);
   EXPECT_NE(missing.out.find("absent.json: cannot open"), std::string::npos) << missing.out;
+
+  GoldenFile baseline = g;
+  baseline.steps[2].loss += 1e-7;  // the baseline drifted as far as the run: 2x that plus no floor passes
+  golden::write_golden(dir + "baseline.json", baseline);
+  Result const within_drift = run_compare(dir + "golden.json " + dir + "run.json --baseline " + dir + "baseline.json");
+  EXPECT_EQ(within_drift.exit_code, 0);
+  EXPECT_NE(within_drift.out.find("PASS"), std::string::npos) << within_drift.out;
+  Result const beyond_drift = run_compare(dir + "golden.json " + dir + "run.json --baseline " + dir + "golden.json");
+  EXPECT_EQ(beyond_drift.exit_code, 1);
+  Result const mixed = run_compare(dir + "golden.json " + dir + "run.json --baseline " + dir +
+                                   "baseline.json --loss-atol 1");
+  EXPECT_EQ(mixed.exit_code, 2) << "fixed tolerances and a baseline exclude each other";
 
   Result const bad_tolerance = run_compare(dir + "golden.json " + dir + "run.json --lr-rtol -1");
   EXPECT_EQ(bad_tolerance.exit_code, 2);

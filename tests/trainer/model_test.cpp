@@ -76,7 +76,13 @@ TEST(Qwen35Config, PresetsValidateAndFollowTheThreeLinearOneFullPattern) {
   EXPECT_EQ(bench.vocab_size, 32768);
   EXPECT_EQ(bench.rotary_dim(), 64);
   EXPECT_EQ(model::preset("qwen35-27b").rotary_dim(), 64);
-  FUSEPACK_EXPECT_INVALID_ARGUMENT(model::preset("qwen35-9000b"), "known: qwen35-tiny, bench-200m");
+  // qwen35-tiny64 is qwen35-tiny but for the DeltaNet head size, which the fused gated_delta kernel runs (64).
+  Qwen35Config tiny64 = model::preset("qwen35-tiny64");
+  EXPECT_EQ(tiny64.linear_key_head_dim, 64);
+  EXPECT_EQ(tiny64.linear_value_head_dim, 64);
+  tiny64.linear_key_head_dim = tiny64.linear_value_head_dim = 16;
+  EXPECT_EQ(tiny64, model::preset("qwen35-tiny"));
+  FUSEPACK_EXPECT_INVALID_ARGUMENT(model::preset("qwen35-9000b"), "known: qwen35-tiny, qwen35-tiny64, bench-200m");
 }
 
 // Qwen/Qwen3.5-0.8B's config.json as published (the VLM form; vision_config shortened to the fields that matter).

@@ -383,7 +383,10 @@ TEST(FusepackTrain, ProfileStepPrintsOpCallsKernelsTimesAndTheBackend) {
   Result const r = run_train(kSmallRun + " --profile-step 1");
   ASSERT_EQ(r.exit_code, 0);
   for (char const* text : {"profile of step 1 (backend composite", "CPU op calls:", "GPU kernels:    0",
-                           "step wall time:", "GPU kernel time:", "most frequent CPU ops:", "aten::"}) {
+                           "step wall time:", "GPU kernel time:", "most frequent CPU ops:", "aten::",
+                           // which implementation ran, as each op recorded it (kernels/ops/op_scope.h)
+                           "rmsnorm [composite]", "gated_delta [composite]", "attention [composite]",
+                           "conv1d [composite]", "swiglu [composite]", "ran composite"}) {
     EXPECT_NE(r.out.find(text), std::string::npos) << "missing '" << text << "'";
   }
   // The profile follows its own step's line and precedes the next step's.

@@ -414,6 +414,15 @@ Qwen35Config make_tiny() {
   return with_layers(c, 4);
 }
 
+// qwen35-tiny with DeltaNet heads of 64 (the smallest head size the fused gated_delta kernel runs), so the fused
+// backend can train it on a GPU; its own padded golden is golden/qwen35-tiny64-padded.json.
+Qwen35Config make_tiny64() {
+  Qwen35Config c = make_tiny();
+  c.linear_key_head_dim = 64;
+  c.linear_value_head_dim = 64;
+  return c;
+}
+
 Qwen35Config make_bench_200m() {
   Qwen35Config c = qwen35_common();
   c.hidden_size = 1024;
@@ -461,6 +470,7 @@ struct Preset {
 };
 constexpr Preset kPresets[] = {
     {"qwen35-tiny", make_tiny},
+    {"qwen35-tiny64", make_tiny64},
     {"bench-200m", make_bench_200m},
     {"qwen35-0.8b", make_qwen35_0_8b},
     {"qwen35-27b", make_qwen35_27b},

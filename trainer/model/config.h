@@ -91,7 +91,9 @@ struct Qwen35Config {
 // Named presets, all in config.cpp:
 //   qwen35-tiny   CPU-test size (hidden 64, 4 layers [L, L, L, F], heads of 32 and 16, vocab 256: fast in fp64 on
 //                 2 cores), the model of the Hugging Face golden (golden/hf/qwen35-tiny); composite backend only (the
-//                 fused gated_delta kernel takes head dims 64/128/256)
+//                 fused gated_delta kernel takes head dims 64/128)
+//   qwen35-tiny64 qwen35-tiny with DeltaNet heads of 64: the fused backend trains it on a GPU (its golden:
+//                 golden/qwen35-tiny64-padded.json)
 //   bench-200m    hidden 1024, 8 layers = 2 × [3 DeltaNet + 1 attention], the kernel benchmark model
 //   qwen35-0.8b   Qwen/Qwen3.5-0.8B's text config (tied embeddings)
 //   qwen35-27b    Qwen/Qwen3.5-27B's text config

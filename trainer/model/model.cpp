@@ -44,6 +44,9 @@ Qwen35ForCausalLM::Qwen35ForCausalLM(Qwen35Config config, ModelOptions options)
     index_.emplace(spec.name, params_.size());
     params_.emplace_back(spec.name, at::empty(spec.shape, opts));
   }
+  // "cuda" without an index means the current device; record the one the parameters landed on, so batches made
+  // for that device (cuda:0) compare equal to it.
+  if (!params_.empty()) options_.device = params_.front().second.device();
   if (!options_.device.is_meta()) init_parameters(options_.seed);
   for (auto& [name, p] : params_) p.requires_grad_(true);
 }

@@ -118,6 +118,8 @@ void TrainConfig::validate() const {
 
   require(golden_write.empty() || golden_write != golden_check,
           "golden_write and golden_check name the same file '" + golden_write + "'");
+  require(golden_baseline.empty() || !golden_check.empty(),
+          "golden_baseline '" + golden_baseline + "' is the drift allowance of a golden check: give golden_check too");
   require(profile_step == -1 || (profile_step >= 0 && profile_step < steps),
           "profile_step must be in [0, steps = " + std::to_string(steps) + ") or -1 (off); got " +
               std::to_string(profile_step));

@@ -77,6 +77,11 @@ struct TrainConfig {
   std::string output_dir;    // fine-tuned weights at the end (config.json + model.safetensors, HF names); empty = none
   std::string golden_write;  // write the run as a golden file (golden/FORMAT.md) with its provenance; empty = no
   std::string golden_check;  // compare the run with this golden step by step; empty = no
+  // With golden_check, for low-precision runs: the golden's own run repeated in this run's dtype (a golden-format
+  // file, e.g. the padded composite bf16 run written with golden_write). The run then passes a step when it is within
+  // twice the baseline's drift from the golden plus one rounding step of its dtype (golden::compare_with_baseline,
+  // DESIGN.md section 5's rule) instead of fixed tolerances. Empty = fixed tolerances (golden_tolerance).
+  std::string golden_baseline;
   std::int64_t profile_step = -1;  // profile optimizer step N (0-based, < steps); -1 = no profiling
 
   // Every rule above, checked at once: throws std::invalid_argument listing each broken one

@@ -99,6 +99,9 @@ int main(int argc, char** argv) {
   app.add_option("--golden-write", c.golden_write, "write the run as a golden loss file");
   app.add_option("--golden-check", c.golden_check, "compare the run with a golden loss file step by step (exit 1 on "
                                                    "failure)");
+  app.add_option("--golden-baseline", c.golden_baseline,
+                 "with --golden-check, for bf16 runs: the golden's own run repeated in this dtype (written with "
+                 "--golden-write); allowed = 2x its drift from the golden + one rounding step of the dtype");
   add_tolerance(app, "loss", args.tolerance.loss);
   add_tolerance(app, "grad-norm", args.tolerance.grad_norm);
   add_tolerance(app, "lr", args.tolerance.lr);
@@ -134,6 +137,10 @@ int main(int argc, char** argv) {
     if (tolerance_given) {
       if (c.golden_check.empty()) {
         std::fprintf(stderr, "fusepack-train: tolerance options apply to --golden-check, which is not given\n");
+        return 2;
+      }
+      if (!c.golden_baseline.empty()) {
+        std::fprintf(stderr, "fusepack-train: give either tolerance options or --golden-baseline, not both\n");
         return 2;
       }
       options.tolerance = args.tolerance;  // every field not given is 0 (exact), as fusepack-golden-compare's

@@ -1,5 +1,6 @@
 #include "trainer/train/profile.h"
 
+#include "kernels/ops/op_scope.h"
 #include "trainer/train/report.h"
 
 #include <ATen/Context.h>
@@ -92,11 +93,20 @@ StepProfile StepProfiler::stop() {
   p.step = step_;
   p.backend = backend_;
   p.wall_seconds = static_cast<double>(end_ns - start_ns_) * 1e-9;
-  std::map<std::string, std::int64_t> cpu, gpu, ours;
+  std::map<std::string, std::int64_t> cpu, gpu, ours, implementations;
+  std::string const scope_prefix = FUSEPACK_OP_SCOPE_PREFIX, implementation_suffix = " [" + backend_ + "]";
   for (prof::KinetoEvent const& e : result->events()) {
     std::string const name = e.name();
     if (e.deviceType() == c10::DeviceType::CPU) {
       if (e.isAsync() || e.isHiddenEvent()) continue;
+      if (name.rfind(scope_prefix, 0) == 0 && name.back() == ']') {  // an op range of kernels/ops/op_scope.h
+        ++implementations[name.substr(scope_prefix.size())];
+        bool const on_backend = name.size() >= implementation_suffix.size() &&
+                                name.compare(name.size() - implementation_suffix.size(), std::string::npos,
+                                             implementation_suffix) == 0;
+        if (!on_backend) ++p.ops_not_on_backend;
+        continue;
+      }
       ++p.cpu_op_calls;
       ++cpu[name];
     } else if (e.deviceType() == c10::DeviceType::CUDA) {
@@ -113,15 +123,15 @@ StepProfile StepProfiler::stop() {
   p.top_cpu_ops = most_frequent(cpu, 10);
   p.top_gpu_kernels = most_frequent(gpu, 10);
   p.fusepack_kernels = most_frequent(ours, ours.size());
+  p.op_implementations = most_frequent(implementations, implementations.size());
   return p;
 }
 
 std::string profile_text(StepProfile const& p) {
   char buf[512];
   std::string out;
-  std::snprintf(buf, sizeof buf,
-                "profile of step %lld (backend %s; every fusepack op ran %s: the ops refuse rather than fall back)\n",
-                static_cast<long long>(p.step), p.backend.c_str(), p.backend.c_str());
+  std::snprintf(buf, sizeof buf, "profile of step %lld (backend %s)\n", static_cast<long long>(p.step),
+                p.backend.c_str());
   out += buf;
   out += "  CPU op calls:   " + grouped(p.cpu_op_calls) + "\n";
   out += "  GPU kernels:    " + grouped(p.gpu_kernels) + " (+ " + grouped(p.gpu_memory_ops) + " memcpy/memset)\n";
@@ -139,6 +149,14 @@ std::string profile_text(StepProfile const& p) {
   list("most frequent CPU ops:", p.top_cpu_ops);
   list("most frequent GPU kernels:", p.top_gpu_kernels);
   list("fusepack's own kernels:", p.fusepack_kernels);
+  list("fusepack ops by the implementation that ran (forward calls):", p.op_implementations);
+  std::int64_t calls = 0;
+  for (auto const& item : p.op_implementations) calls += item.second;
+  out += "  " + (p.ops_not_on_backend == 0
+                     ? "all " + grouped(calls) + " op calls ran " + p.backend
+                     : "ERROR: " + grouped(p.ops_not_on_backend) + " of " + grouped(calls) + " op calls did not run " +
+                           p.backend) +
+         "\n";
   return out;
 }
 

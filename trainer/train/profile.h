@@ -15,7 +15,8 @@ using NameCounts = std::vector<std::pair<std::string, std::int64_t>>;  // most f
 struct StepProfile {
   std::int64_t step = 0;
   std::string backend;              // "composite" or "fused": every fusepack op ran it (the ops refuse, never fall back)
-  std::int64_t cpu_op_calls = 0;    // ATen/autograd op calls recorded on the CPU, nested ones included (torch.profiler)
+  std::int64_t cpu_op_calls = 0;    // ATen/autograd op calls recorded on the CPU, nested ones included (torch.profiler;
+                                    // fusepack's own op ranges are counted in op_implementations instead)
   std::int64_t gpu_kernels = 0;     // kernels launched on the GPU (memory copies and sets not counted)
   std::int64_t gpu_memory_ops = 0;  // GPU memcpy/memset activities
   double wall_seconds = 0;          // the step from its first micro-batch to the end of the update, GPU waited for
@@ -23,6 +24,10 @@ struct StepProfile {
   NameCounts top_cpu_ops;           // up to 10
   NameCounts top_gpu_kernels;       // up to 10
   NameCounts fusepack_kernels;      // GPU kernels of fusepack's own (kernels/ names), every one
+  // Every fusepack op call of the step by the implementation that ran it, as the op recorded it
+  // (kernels/ops/op_scope.h): "rmsnorm [fused]" -> 17. Observed, not assumed from the requested backend.
+  NameCounts op_implementations;
+  std::int64_t ops_not_on_backend = 0;  // op calls whose implementation is not `backend` (0 unless a bug)
 };
 
 // Starts PyTorch's profiler on construction (CPU activities, and CUDA's when `cuda`); stop() ends it and counts.

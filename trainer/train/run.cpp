@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -312,8 +313,8 @@ golden::TolerancePolicy golden_tolerance(DType run, std::string const& golden_dt
   }
   throw std::invalid_argument(std::string("no derived golden tolerance for a ") + dtype_name(run) +
                               " run against a " + golden_dtype +
-                              " golden; give the tolerance explicitly (fusepack-train --loss-rtol, --grad-norm-rtol, "
-                              "...)");
+                              " golden; give the golden's run repeated in this dtype as the baseline (fusepack-train "
+                              "--golden-baseline) or the tolerance explicitly (--loss-rtol, --grad-norm-rtol, ...)");
 }
 
 std::string source_commit() {
@@ -346,17 +347,57 @@ void write_weights(std::string const& dir, model::Qwen35Config const& config,
   if (!out) throw std::runtime_error("write_weights: cannot write '" + path + "'");
 }
 
+namespace {
+
+// One rounding step of a run's dtype, relative (its unit roundoff: half an ulp at 1).
+double unit_roundoff(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat64: return std::ldexp(1.0, -53);
+    case DType::kFloat32: return std::ldexp(1.0, -24);
+    case DType::kBFloat16: return std::ldexp(1.0, -8);
+  }
+  return 0;
+}
+
+// The baseline of a golden check: the golden's own run (same model, data, seed, batching, optimizer) in this run's
+// dtype; anything else would make its drift meaningless as an allowance.
+golden::GoldenFile read_baseline(TrainConfig const& config, golden::GoldenFile const& reference) {
+  golden::GoldenFile b = golden::read_golden(config.golden_baseline);
+  std::string const where = "golden baseline " + config.golden_baseline + ": ";
+  if (b.provenance.dtype != golden_dtype_name(config.dtype)) {
+    throw std::invalid_argument(where + "its dtype is " + b.provenance.dtype + " but this run's is " +
+                                golden_dtype_name(config.dtype) + "; the baseline must be repeated in the run's dtype");
+  }
+  std::vector<std::string> differences = provenance_differences(reference.provenance, b.provenance);
+  if (Json::parse(reference.provenance.batching).value("layout", "") != Json::parse(b.provenance.batching).value("layout", "")) {
+    differences.push_back("the layouts differ (the baseline repeats the golden's own layout)");
+  }
+  if (!differences.empty()) {
+    std::string why;
+    for (std::string const& d : differences) why += (why.empty() ? "" : "; ") + d;
+    throw std::invalid_argument(where + "it is not a rerun of the golden " + config.golden_check + ": " + why);
+  }
+  return b;
+}
+
+}  // namespace
+
 RunResult run_training(TrainConfig const& config, RunOptions const& options) {
   Clock::time_point const start = Clock::now();
   config.validate();
   Log log(options.log, options.progress_bar);
 
-  std::optional<golden::GoldenFile> reference;
+  std::optional<golden::GoldenFile> reference, baseline;
   golden::TolerancePolicy tolerance;
   if (!config.golden_check.empty()) {
     reference = golden::read_golden(config.golden_check);
-    tolerance = options.tolerance ? *options.tolerance : golden_tolerance(config.dtype, reference->provenance.dtype);
-    tolerance.validate();
+    if (!config.golden_baseline.empty()) {
+      if (options.tolerance) throw std::invalid_argument("a golden baseline and explicit tolerances exclude each other");
+      baseline = read_baseline(config, *reference);
+    } else {
+      tolerance = options.tolerance ? *options.tolerance : golden_tolerance(config.dtype, reference->provenance.dtype);
+      tolerance.validate();
+    }
   }
   check_device(config);
   if (config.threads > 0) at::set_num_threads(static_cast<int>(config.threads));
@@ -436,6 +477,10 @@ RunResult run_training(TrainConfig const& config, RunOptions const& options) {
     if (profiler) {
       result.profile = profiler->stop();
       log.text(profile_text(*result.profile));
+      if (result.profile->ops_not_on_backend > 0) {  // an op ran another implementation than asked: never silently
+        throw std::runtime_error("--profile-step: " + std::to_string(result.profile->ops_not_on_backend) +
+                                 " op calls did not run the requested backend " + ops::backend_name(config.backend));
+      }
     }
     double const per_step = seconds_since(start) / static_cast<double>(s + 1);
     log.bar(progress_bar(s + 1, config.steps, m.tokens_per_second(),
@@ -458,9 +503,16 @@ RunResult run_training(TrainConfig const& config, RunOptions const& options) {
     for (std::string const& note : provenance_differences(reference->provenance, result.golden.provenance)) {
       log.line("note: " + note);
     }
-    result.comparison = golden::compare(*reference, result.golden.steps, tolerance);
+    result.comparison =
+        baseline ? golden::compare_with_baseline(*reference, baseline->steps, result.golden.steps,
+                                                 unit_roundoff(config.dtype))
+                 : golden::compare(*reference, result.golden.steps, tolerance);
     log.line("golden check against " + config.golden_check + " (" + reference->provenance.dtype + ", " +
-             reference->provenance.batching + "):");
+             reference->provenance.batching + ")" +
+             (baseline ? ", allowed 2x the drift of " + config.golden_baseline + " + one " +
+                             dtype_name(config.dtype) + " rounding step"
+                       : std::string()) +
+             ":");
     log.text(result.comparison->table());
   }
   result.summary = summarize(result.steps, seconds_since(start));

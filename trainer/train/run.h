@@ -59,8 +59,9 @@ struct RunResult {
 RunResult run_training(TrainConfig const& config, RunOptions const& options = {});
 
 // The tolerance a run of dtype `run` is held to against a golden recorded in `golden_dtype` (FORMAT.md spelling),
-// each number derived in run.cpp. Throws std::invalid_argument for a pair without a derived tolerance (bf16 for now:
-// give RunOptions::tolerance, fusepack-train's --loss-rtol and friends).
+// each number derived in run.cpp. Throws std::invalid_argument for a pair without a derived tolerance (bf16: a bf16
+// run's drift depends on the model and data, so it is judged against its baseline, TrainConfig::golden_baseline, or
+// with RunOptions::tolerance, fusepack-train's --loss-rtol and friends).
 golden::TolerancePolicy golden_tolerance(DType run, std::string const& golden_dtype);
 
 // What differs between a golden's provenance and a run's beyond the batch layout and backend (model config, dataset,

@@ -1,0 +1,113 @@
+// End to end on the GPU (DESIGN.md section 7, label gpu): the packed fused path in bf16 on qwen35-tiny64 stays
+// within the drift of the padded composite bf16 run from the same fp64 golden (golden/qwen35-tiny64-padded.json):
+// per step, |fused − golden| <= 2·|composite − golden| + one bf16 rounding step (golden::compare_with_baseline,
+// DESIGN section 5's rule on the training curve), target counts exact. A planted packing bug must fail it.
+// Without a CUDA device every test reports SKIPPED with the reason.
+#include "golden/compare.h"
+#include "golden/golden_file.h"
+#include "tests/golden/e2e_support.h"
+#include "tests/support/expect.h"
+#include "tests/support/torch_bridge.h"
+#include "trainer/train/config.h"
+#include "trainer/train/run.h"
+
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+#include <utility>
+#include <vector>
+
+#ifndef FUSEPACK_GOLDEN_DIR
+#error "FUSEPACK_GOLDEN_DIR must name the golden/ folder of the source tree"
+#endif
+
+namespace fusepack::test {
+namespace {
+
+using train::Batching;
+using train::DType;
+using train::TrainConfig;
+
+std::string const kGolden = std::string(FUSEPACK_GOLDEN_DIR) + "/qwen35-tiny64-padded.json";
+
+train::RunResult run(TrainConfig const& config, train::MicroBatchEdit edit = {}) {
+  train::RunOptions options;
+  options.command = "e2e_gpu_golden_test";
+  options.edit_micro_batch = std::move(edit);
+  train::RunResult r = train::run_training(config, options);
+  if (r.comparison) std::printf("%s", r.comparison->table().c_str());
+  return r;
+}
+
+// The padded composite bf16 run of the golden's settings, written as a golden-format file: the baseline. Run once.
+std::string const& baseline_file() {
+  static std::string const path = [] {
+    std::string const p = ::testing::TempDir() + "fusepack_e2e_gpu_baseline_" + std::to_string(::getpid()) + ".json";
+    TrainConfig c = golden_settings("qwen35-tiny64", Batching::kPadded, ops::Backend::kComposite, DType::kBFloat16,
+                                    "cuda");
+    c.golden_write = p;
+    train::RunResult const r = run(c);
+    golden::GoldenFile const g = golden::read_golden(kGolden);
+    // The baseline's own drift from the fp64 golden, reported so the allowance can be re-measured.
+    golden::Comparison const drift = golden::compare(g, r.golden.steps, golden::TolerancePolicy{});
+    std::printf("[ measured ] padded composite bf16 vs fp64 golden: max rel diff loss %.3g, grad_norm %.3g\n",
+                max_rel_diff(drift, "loss"), max_rel_diff(drift, "grad_norm"));
+    return p;
+  }();
+  return path;
+}
+
+TrainConfig fused_config() {
+  TrainConfig c = golden_settings("qwen35-tiny64", Batching::kPacked, ops::Backend::kFused, DType::kBFloat16, "cuda");
+  c.golden_check = kGolden;
+  c.golden_baseline = baseline_file();
+  return c;
+}
+
+TEST(E2EGpuGolden, TheGoldenRecordsThePaddedCompositeFp64RunOfTheseSettings) {
+  golden::GoldenFile const g = golden::read_golden(kGolden);
+  EXPECT_EQ(g.provenance.dtype, "float64");
+  EXPECT_EQ(g.provenance.device, "cpu");
+  EXPECT_NE(g.provenance.batching.find("\"layout\":\"padded\""), std::string::npos) << g.provenance.batching;
+  EXPECT_NE(g.provenance.batching.find("\"backend\":\"composite\""), std::string::npos) << g.provenance.batching;
+  EXPECT_EQ(g.steps.size(), 10u);
+  EXPECT_LT(g.steps.back().loss, g.steps.front().loss) << "the golden run should learn something";
+}
+
+TEST(E2EGpuGolden, PackedFusedBf16StaysWithinTwiceThePaddedCompositeBf16Drift) {
+  FUSEPACK_SKIP_WITHOUT_CUDA();
+  train::RunResult const r = run(fused_config());
+  golden::GoldenFile const g = golden::read_golden(kGolden);
+  for (std::string const& d : train::provenance_differences(g.provenance, r.golden.provenance)) ADD_FAILURE() << d;
+  ASSERT_TRUE(r.comparison.has_value());
+  std::printf("[ measured ] packed fused bf16 vs fp64 golden: max rel diff loss %.3g, grad_norm %.3g\n",
+              max_rel_diff(*r.comparison, "loss"), max_rel_diff(*r.comparison, "grad_norm"));
+  EXPECT_TRUE(r.comparison->passed()) << r.comparison->verdict();
+  EXPECT_EQ(r.summary.padding_share(), 0.0);
+}
+
+// The bf16 allowance is ~1e13 times the fp64 one: the planted bug must still stand out of it.
+TEST(E2EGpuGolden, PlantedLabelsShiftedAcrossThePackFailTheFusedComparison) {
+  FUSEPACK_SKIP_WITHOUT_CUDA();
+  train::RunResult const r = run(fused_config(), shift_labels_across_boundaries);
+  ASSERT_TRUE(r.comparison.has_value());
+  EXPECT_FALSE(r.comparison->passed()) << "the planted bug went unnoticed";
+  bool step0_tokens_fail = false;
+  for (golden::FieldCheck const& c : r.comparison->checks) {
+    if (c.step == 0 && c.field == "tokens") step0_tokens_fail = !c.pass;
+  }
+  EXPECT_TRUE(step0_tokens_fail) << "the extra cross-boundary targets must change the step's target count";
+}
+
+TEST(E2EGpuGolden, ABaselineInAnotherDtypeIsRefused) {
+  FUSEPACK_SKIP_WITHOUT_CUDA();
+  TrainConfig c = fused_config();
+  c.golden_baseline = kGolden;  // fp64: its drift would be 0 and allow nothing but the floor
+  FUSEPACK_EXPECT_INVALID_ARGUMENT(train::run_training(c), "the baseline must be repeated in the run's dtype");
+}
+
+}  // namespace
+}  // namespace fusepack::test
