@@ -20,7 +20,11 @@ if [ ! -x "$train" ]; then
   exit 2
 fi
 
+# Every run first, then the files: a golden written mid-loop would mark the tree dirty in the next one's provenance.
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
 for preset in "${golden_presets[@]}"; do
   "$train" --preset "$preset" --batching padded --backend composite --dtype fp64 --device cpu "${golden_settings[@]}" \
-    --golden-write "golden/$preset-padded.json"
+    --golden-write "$out/$preset-padded.json"
 done
+for preset in "${golden_presets[@]}"; do mv "$out/$preset-padded.json" "golden/$preset-padded.json"; done
