@@ -19,12 +19,14 @@ if [ ! -x "$train" ]; then
   echo "regenerate.sh: $train not found; build it first: cmake --build $build_dir --target fusepack-train" >&2
   exit 2
 fi
+train=$(realpath "$train")
 
-# Every run first, then the files: a golden written mid-loop would mark the tree dirty in the next one's provenance.
+# Every run first (in a scratch folder, so each file's recorded command names it as golden/ does), then the files: a
+# golden written mid-loop would mark the tree dirty in the next one's provenance.
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 for preset in "${golden_presets[@]}"; do
-  "$train" --preset "$preset" --batching padded --backend composite --dtype fp64 --device cpu "${golden_settings[@]}" \
-    --golden-write "$out/$preset-padded.json"
+  (cd "$out" && "$train" --preset "$preset" --batching padded --backend composite --dtype fp64 --device cpu \
+    "${golden_settings[@]}" --golden-write "$preset-padded.json")
 done
 for preset in "${golden_presets[@]}"; do mv "$out/$preset-padded.json" "golden/$preset-padded.json"; done
