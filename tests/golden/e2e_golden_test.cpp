@@ -39,12 +39,7 @@ TrainConfig packed_config(DType dtype) {
 }
 
 train::RunResult run_against_golden(TrainConfig const& config, train::MicroBatchEdit edit = {}) {
-  train::RunOptions options;
-  options.command = "e2e_golden_test";
-  options.edit_micro_batch = std::move(edit);
-  train::RunResult r = train::run_training(config, options);
-  if (r.comparison) std::printf("%s", r.comparison->table().c_str());
-  return r;
+  return run_and_print(config, "e2e_golden_test", std::move(edit));
 }
 
 TEST(E2EGolden, TheGoldenRecordsThePaddedCompositeFp64RunOfThisTestsSettings) {

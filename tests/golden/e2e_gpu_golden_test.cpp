@@ -34,12 +34,7 @@ using train::TrainConfig;
 std::string const kGolden = std::string(FUSEPACK_GOLDEN_DIR) + "/qwen35-tiny64-padded.json";
 
 train::RunResult run(TrainConfig const& config, train::MicroBatchEdit edit = {}) {
-  train::RunOptions options;
-  options.command = "e2e_gpu_golden_test";
-  options.edit_micro_batch = std::move(edit);
-  train::RunResult r = train::run_training(config, options);
-  if (r.comparison) std::printf("%s", r.comparison->table().c_str());
-  return r;
+  return run_and_print(config, "e2e_gpu_golden_test", std::move(edit));
 }
 
 // The padded composite bf16 run of the golden's settings, written as a golden-format file: the baseline. Run once.

@@ -6,13 +6,16 @@
 #include "golden/compare.h"
 #include "trainer/model/batch.h"
 #include "trainer/train/config.h"
+#include "trainer/train/run.h"
 
 #include <ATen/ATen.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <string>
+#include <utility>
 
 namespace fusepack::test {
 
@@ -41,6 +44,17 @@ inline train::TrainConfig golden_settings(std::string const& preset, train::Batc
   c.clip_norm = 1.0;
   c.seed = 1234;
   return c;
+}
+
+// run_training as `command`, with an optional planted edit; prints the golden comparison's table when there is one.
+inline train::RunResult run_and_print(train::TrainConfig const& config, std::string const& command,
+                                      train::MicroBatchEdit edit = {}) {
+  train::RunOptions options;
+  options.command = command;
+  options.edit_micro_batch = std::move(edit);
+  train::RunResult r = train::run_training(config, options);
+  if (r.comparison) std::printf("%s", r.comparison->table().c_str());
+  return r;
 }
 
 // Max over steps of |run − golden| / |golden| for one field, printed so a tolerance's derivation can be re-measured.
