@@ -1,5 +1,4 @@
 #include "kernels/common/cuda_check.h"
-#include "kernels/common/static_switch.h"
 #include "kernels/gated_rmsnorm/gated_rmsnorm.h"
 #include "kernels/rmsnorm/norm_rows.cuh"
 
@@ -62,24 +61,13 @@ void run_gated_rmsnorm_fwd(GatedRmsNormFwdParams const& p, cudaStream_t stream) 
   bool const aligned = aligned16(p.x) && aligned16(p.z) && aligned16(p.weight) && aligned16(p.y);
   NormRowLayout const l = norm_row_layout_or_throw("gated_rmsnorm_fwd", p.dim, p.dtype, aligned,
                                                     /*small_row_iters=*/2);
-  std::int64_t const blocks = (p.rows + l.rows_per_block() - 1) / l.rows_per_block();
-  if (blocks > 0x7fffffff) throw std::invalid_argument("gated_rmsnorm_fwd: too many rows: " + std::to_string(p.rows));
-  FUSEPACK_DTYPE_SWITCH(p.dtype, T, [&] {
-    FUSEPACK_BOOL_SWITCH(l.vec, kVec, [&] {
-      FUSEPACK_BOOL_SWITCH(l.block_per_row, kBlockRow, [&] {
-        norm_iters_switch(l.iters, [&](auto iters) {
-          constexpr int kIters = decltype(iters)::value;
-          if constexpr (norm_layout_reachable<kBlockRow>(kIters, NormChunk<T, kVec>::kN)) {
-            gated_rmsnorm_fwd_rows<T, kVec, kIters, kBlockRow>
-                <<<static_cast<int>(blocks), l.threads, 0, stream>>>(p, l.lanes);
-            FUSEPACK_CUDA_CHECK_LAUNCH();
-          } else {
-            throw std::logic_error("gated_rmsnorm_fwd: norm_row_layout produced an unreachable layout");
-          }
-        });
+  auto const kernel = norm_kernel_for<void (*)(GatedRmsNormFwdParams, int)>(
+      "gated_rmsnorm_fwd", l, p.dtype, [](auto type, auto vec, auto iters, auto block_row) {
+        return &gated_rmsnorm_fwd_rows<typename decltype(type)::type, decltype(vec)::value, decltype(iters)::value,
+                                       decltype(block_row)::value>;
       });
-    });
-  });
+  kernel<<<norm_fwd_blocks("gated_rmsnorm_fwd", l, p.rows), l.threads, 0, stream>>>(p, l.lanes);
+  FUSEPACK_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace fusepack

@@ -294,4 +294,96 @@ __device__ __forceinline__ float norm_sigmoid(float x) {
   }
 }
 
+// ---- the launchers (host) ------------------------------------------------------------------------------------------
+
+template <typename T>
+struct NormTypeTag {
+  using type = T;
+};
+
+// The kernel instance of a pass for layout `l`: pick(NormTypeTag<T>, kVec, kIters, kBlockRow), each flag a
+// std::integral_constant, returns &kernel<T, kVec, kIters, kBlockRow>; only layouts norm_row_layout can produce are
+// instantiated. Every compile-time value travels as a type (type aliases of the enclosing lambda, never a variable
+// named from a nested lambda): with FUSEPACK_BOOL_SWITCH's `constexpr static` flags read inside a nested generic
+// lambda of this template, nvcc 13 instantiated (and launched) a kernel for another layout on the H200.
+template <typename KernelPtr, typename Pick>
+KernelPtr norm_kernel_for(char const* op, NormRowLayout const& l, DType dtype, Pick const& pick) {
+  KernelPtr kernel = nullptr;
+  auto with_flags = [&](auto type, auto vec, auto block_row) {
+    using T = typename std::decay_t<decltype(type)>::type;
+    using Vec = std::decay_t<decltype(vec)>;
+    using BlockRow = std::decay_t<decltype(block_row)>;
+    norm_iters_switch(l.iters, [&](auto iters) {
+      using Iters = std::decay_t<decltype(iters)>;
+      if constexpr (norm_layout_reachable<BlockRow::value>(Iters::value, NormChunk<T, Vec::value>::kN)) {
+        kernel = pick(NormTypeTag<T>{}, Vec{}, Iters{}, BlockRow{});
+      } else {
+        throw std::logic_error(std::string(op) + ": norm_row_layout produced an unreachable layout");
+      }
+    });
+  };
+  auto with_type = [&](auto type) {
+    if (l.vec) {
+      l.block_per_row ? with_flags(type, std::true_type{}, std::true_type{})
+                      : with_flags(type, std::true_type{}, std::false_type{});
+    } else {
+      l.block_per_row ? with_flags(type, std::false_type{}, std::true_type{})
+                      : with_flags(type, std::false_type{}, std::false_type{});
+    }
+  };
+  switch (dtype) {
+    case DType::kF32: with_type(NormTypeTag<float>{}); break;
+    case DType::kBF16: with_type(NormTypeTag<__nv_bfloat16>{}); break;
+    case DType::kF16: with_type(NormTypeTag<__half>{}); break;
+    default: throw std::invalid_argument(std::string(op) + ": unsupported dtype " + std::to_string(int(dtype)));
+  }
+  return kernel;
+}
+
+// One block per row group of the forward, or std::invalid_argument naming the op past the grid's limit.
+inline int norm_fwd_blocks(char const* op, NormRowLayout const& l, std::int64_t rows) {
+  std::int64_t const blocks = (rows + l.rows_per_block() - 1) / l.rows_per_block();
+  if (blocks > 0x7fffffff) throw std::invalid_argument(std::string(op) + ": too many rows: " + std::to_string(rows));
+  return static_cast<int>(blocks);
+}
+
+// A backward pass of Params (rmsnorm's or gated_rmsnorm's: rows, dim, dtype, dweight, dweight_partial,
+// num_partials): its kernel instance, layout, shared memory and persistent grid, in one place for num_partials and
+// the launch.
+template <typename Params>
+struct NormBwdLaunch {
+  void (*kernel)(Params, int, int, int) = nullptr;
+  NormRowLayout layout;
+  NormBwdSmem smem;
+  std::int64_t blocks = 0;
+};
+
+template <typename Params, typename Pick>
+NormBwdLaunch<Params> norm_bwd_launch(char const* op, Params const& p, bool aligned, int tensors, Pick const& pick) {
+  NormBwdLaunch<Params> b;
+  b.layout = norm_row_layout_or_throw(op, p.dim, p.dtype, aligned, /*small_row_iters=*/1);
+  b.smem = norm_bwd_smem(b.layout, tensors);
+  b.kernel = norm_kernel_for<void (*)(Params, int, int, int)>(op, b.layout, p.dtype, pick);
+  b.blocks = norm_persistent_blocks(b.kernel, b.layout, b.smem.bytes, p.rows);
+  return b;
+}
+
+// Checks the dweight workspace against the launch, runs the rows kernel and the fixed-order dweight reduction.
+template <typename Params>
+void run_norm_bwd(char const* op, char const* num_partials_fn, NormBwdLaunch<Params> const& b, Params const& p,
+                  cudaStream_t stream) {
+  if (p.num_partials != b.blocks || p.dweight_partial == nullptr) {
+    throw std::invalid_argument(std::string(op) + ": the dweight workspace must have " + num_partials_fn +
+                                "() = " + std::to_string(b.blocks) + " rows; got " + std::to_string(p.num_partials));
+  }
+  if (p.rows == 0) {  // no rows: dweight is the empty sum, 0
+    run_norm_dweight_reduce(p.dweight_partial, 0, p.dim, p.dweight, p.dtype, stream);
+    return;
+  }
+  b.kernel<<<static_cast<int>(b.blocks), b.layout.threads, b.smem.bytes, stream>>>(
+      p, b.layout.lanes, b.smem.stages, static_cast<int>(b.smem.ring_bytes));
+  FUSEPACK_CUDA_CHECK_LAUNCH();
+  run_norm_dweight_reduce(p.dweight_partial, b.blocks, p.dim, p.dweight, p.dtype, stream);
+}
+
 }  // namespace fusepack

@@ -140,36 +140,12 @@ void run_norm_dweight_reduce(float const* partial, std::int64_t num_partials, st
 
 namespace {
 
-struct RmsNormBwdLaunch {
-  void (*kernel)(RmsNormBwdParams, int, int, int) = nullptr;
-  NormRowLayout layout;
-  NormBwdSmem smem;
-  std::int64_t blocks = 0;
-};
-
-// The kernel instance, its layout, shared memory and persistent grid: one place for num_partials and the launch.
-RmsNormBwdLaunch rmsnorm_bwd_launch(RmsNormBwdParams const& p) {
+NormBwdLaunch<RmsNormBwdParams> rmsnorm_bwd_launch(RmsNormBwdParams const& p) {
   bool const aligned = aligned16(p.x) && aligned16(p.weight) && aligned16(p.dy) && aligned16(p.dx);
-  RmsNormBwdLaunch b;
-  b.layout = norm_row_layout_or_throw("rmsnorm_bwd", p.dim, p.dtype, aligned, /*small_row_iters=*/1);
-  NormRowLayout const& l = b.layout;
-  b.smem = norm_bwd_smem(l, /*tensors=*/2);
-  FUSEPACK_DTYPE_SWITCH(p.dtype, T, [&] {
-    FUSEPACK_BOOL_SWITCH(l.vec, kVec, [&] {
-      FUSEPACK_BOOL_SWITCH(l.block_per_row, kBlockRow, [&] {
-        norm_iters_switch(l.iters, [&](auto iters) {
-          constexpr int kIters = decltype(iters)::value;
-          if constexpr (norm_layout_reachable<kBlockRow>(kIters, NormChunk<T, kVec>::kN)) {
-            b.kernel = &rmsnorm_bwd_rows<T, kVec, kIters, kBlockRow>;
-          } else {
-            throw std::logic_error("rmsnorm_bwd: norm_row_layout produced an unreachable layout");
-          }
-        });
-      });
-    });
+  return norm_bwd_launch("rmsnorm_bwd", p, aligned, /*tensors=*/2, [](auto type, auto vec, auto iters, auto block_row) {
+    return &rmsnorm_bwd_rows<typename decltype(type)::type, decltype(vec)::value, decltype(iters)::value,
+                             decltype(block_row)::value>;
   });
-  b.blocks = norm_persistent_blocks(b.kernel, l, b.smem.bytes, p.rows);
-  return b;
 }
 
 }  // namespace
@@ -178,19 +154,7 @@ std::int64_t rmsnorm_bwd_num_partials(RmsNormBwdParams const& p) { return rmsnor
 
 void run_rmsnorm_bwd(RmsNormBwdParams const& p, cudaStream_t stream) {
   if (p.dim == 0) return;
-  RmsNormBwdLaunch const b = rmsnorm_bwd_launch(p);
-  if (p.num_partials != b.blocks || p.dweight_partial == nullptr) {
-    throw std::invalid_argument("rmsnorm_bwd: the dweight workspace must have rmsnorm_bwd_num_partials() = " +
-                                std::to_string(b.blocks) + " rows; got " + std::to_string(p.num_partials));
-  }
-  if (p.rows == 0) {  // no rows: dweight is the empty sum, 0
-    run_norm_dweight_reduce(p.dweight_partial, 0, p.dim, p.dweight, p.dtype, stream);
-    return;
-  }
-  b.kernel<<<static_cast<int>(b.blocks), b.layout.threads, b.smem.bytes, stream>>>(
-      p, b.layout.lanes, b.smem.stages, static_cast<int>(b.smem.ring_bytes));
-  FUSEPACK_CUDA_CHECK_LAUNCH();
-  run_norm_dweight_reduce(p.dweight_partial, b.blocks, p.dim, p.dweight, p.dtype, stream);
+  run_norm_bwd("rmsnorm_bwd", "rmsnorm_bwd_num_partials", rmsnorm_bwd_launch(p), p, stream);
 }
 
 }  // namespace fusepack

@@ -6,10 +6,10 @@
 
 #include "tests/support/env.h"
 #include "tests/support/expect.h"
+#include "tests/support/run_binary.h"
 
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -422,23 +422,8 @@ TEST(GoldenCompareWithBaseline, RefusesABaselineThatIsNotTheGoldensRun) {
 // ------------------------------------------------------------------------------------------------------------------
 // fusepack-golden-compare, run as a user runs it
 
-struct Result {
-  int exit_code = -1;
-  std::string out;
-};
-
-Result run_compare(std::string const& args) {
-  std::string const command = std::string(FUSEPACK_GOLDEN_COMPARE_BINARY) + " " + args + " 2>&1";
-  Result r;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (!pipe) return r;
-  char buf[4096];
-  std::size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, pipe)) > 0) r.out.append(buf, n);
-  int const status = ::pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  std::printf("[   run    ] fusepack-golden-compare %s -> exit %d\n%s", args.c_str(), r.exit_code, r.out.c_str());
-  return r;
+BinaryResult run_compare(std::string const& args) {
+  return run_binary(FUSEPACK_GOLDEN_COMPARE_BINARY, "fusepack-golden-compare", args);
 }
 
 TEST(FusepackGoldenCompare, ExitsZeroOnPassOneOnFailTwoOnError) {
@@ -449,31 +434,33 @@ TEST(FusepackGoldenCompare, ExitsZeroOnPassOneOnFailTwoOnError) {
   golden::write_golden(dir + "golden.json", g);
   golden::write_golden(dir + "run.json", run);
 
-  Result const pass = run_compare(dir + "golden.json " + dir + "run.json --loss-atol 1e-6");
+  BinaryResult const pass = run_compare(dir + "golden.json " + dir + "run.json --loss-atol 1e-6");
   EXPECT_EQ(pass.exit_code, 0);
   EXPECT_NE(pass.out.find("PASS: 16 checks over 4 steps"), std::string::npos) << pass.out;
 
-  Result const fail = run_compare(dir + "golden.json " + dir + "run.json --loss-atol 1e-8");
+  BinaryResult const fail = run_compare(dir + "golden.json " + dir + "run.json --loss-atol 1e-8");
   EXPECT_EQ(fail.exit_code, 1);
   EXPECT_NE(fail.out.find("first failure at step 2: loss"), std::string::npos) << fail.out;
 
-  Result const missing = run_compare(dir + "golden.json " + dir + "absent.json");
+  BinaryResult const missing = run_compare(dir + "golden.json " + dir + "absent.json");
   EXPECT_EQ(missing.exit_code, 2);
   EXPECT_NE(missing.out.find("absent.json: cannot open"), std::string::npos) << missing.out;
 
   GoldenFile baseline = g;
   baseline.steps[2].loss += 1e-7;  // the baseline drifted as far as the run: 2x that plus no floor passes
   golden::write_golden(dir + "baseline.json", baseline);
-  Result const within_drift = run_compare(dir + "golden.json " + dir + "run.json --baseline " + dir + "baseline.json");
+  BinaryResult const within_drift =
+      run_compare(dir + "golden.json " + dir + "run.json --baseline " + dir + "baseline.json");
   EXPECT_EQ(within_drift.exit_code, 0);
   EXPECT_NE(within_drift.out.find("PASS"), std::string::npos) << within_drift.out;
-  Result const beyond_drift = run_compare(dir + "golden.json " + dir + "run.json --baseline " + dir + "golden.json");
+  BinaryResult const beyond_drift =
+      run_compare(dir + "golden.json " + dir + "run.json --baseline " + dir + "golden.json");
   EXPECT_EQ(beyond_drift.exit_code, 1);
-  Result const mixed = run_compare(dir + "golden.json " + dir + "run.json --baseline " + dir +
-                                   "baseline.json --loss-atol 1");
+  BinaryResult const mixed = run_compare(dir + "golden.json " + dir + "run.json --baseline " + dir +
+                                         "baseline.json --loss-atol 1");
   EXPECT_EQ(mixed.exit_code, 2) << "fixed tolerances and a baseline exclude each other";
 
-  Result const bad_tolerance = run_compare(dir + "golden.json " + dir + "run.json --lr-rtol -1");
+  BinaryResult const bad_tolerance = run_compare(dir + "golden.json " + dir + "run.json --lr-rtol -1");
   EXPECT_EQ(bad_tolerance.exit_code, 2);
   EXPECT_NE(bad_tolerance.out.find("lr.rtol must be finite and >= 0"), std::string::npos) << bad_tolerance.out;
 }

@@ -57,19 +57,6 @@ RmsNormRun run(Backend backend, at::Tensor const& x0, at::Tensor const& w0, at::
   return {y.detach(), grads[0], grads[1]};
 }
 
-// `statement` must throw c10::Error whose message contains `substring`; the message is printed.
-template <typename F>
-void expect_torch_error(F&& statement, std::string const& substring) {
-  try {
-    statement();
-    ADD_FAILURE() << "expected c10::Error containing '" << substring << "'";
-  } catch (c10::Error const& e) {
-    std::string const msg = e.what_without_backtrace();
-    std::printf("[  error   ] %s\n", msg.c_str());
-    EXPECT_NE(msg.find(substring), std::string::npos) << "message: " << msg;
-  }
-}
-
 TEST(RmsNormComposite, MatchesReferenceOnCpuInFp64) {
   auto rng = test_rng();
   RmsNormInputs const in = draw({3, 4, 19}, rng);

@@ -1,14 +1,11 @@
 // fusepack-pack as a user runs it: the table on a synthetic set and a JSONL file, exit code 2 with a message on
 // stderr (never a crash) for every bad input.
 #include "tests/support/env.h"
+#include "tests/support/run_binary.h"
 
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <string>
 
@@ -19,40 +16,18 @@
 namespace fusepack::test {
 namespace {
 
-struct Result {
-  int exit_code = -1;
-  std::string out;  // stdout and stderr together
-};
+BinaryResult run_pack(std::string const& args) { return run_binary(FUSEPACK_PACK_BINARY, "fusepack-pack", args); }
 
-std::string temp_path(std::string const& suffix) {
-  auto const* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  return (std::filesystem::temp_directory_path() /
-          ("fusepack_pack_" + std::string(info->name()) + "_" + std::to_string(::getpid()) + suffix))
-      .string();
-}
-
-Result run_pack(std::string const& args) {
-  std::string const command = std::string(FUSEPACK_PACK_BINARY) + " " + args + " 2>&1";
-  Result r;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (!pipe) return r;
-  char buf[4096];
-  std::size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, pipe)) > 0) r.out.append(buf, n);
-  int const status = ::pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  std::printf("[   run    ] fusepack-pack %s -> exit %d\n%s", args.c_str(), r.exit_code, r.out.c_str());
-  return r;
-}
+std::string temp_path(std::string const& suffix) { return test_temp_path("fusepack_pack", suffix); }
 
 void expect_usage_error(std::string const& args, std::string const& message) {
-  Result const r = run_pack(args);
+  BinaryResult const r = run_pack(args);
   EXPECT_EQ(r.exit_code, 2) << args;
   EXPECT_NE(r.out.find(message), std::string::npos) << "output: " << r.out;
 }
 
 TEST(FusepackPack, PrintsPaddedAndPackedFiguresForASyntheticSet) {
-  Result const r = run_pack("--synthetic synthetic:n=500,median=200,max=1024 --budget 1024 --seed 3");
+  BinaryResult const r = run_pack("--synthetic synthetic:n=500,median=200,max=1024 --budget 1024 --seed 3");
   ASSERT_EQ(r.exit_code, 0);
   for (char const* text : {"examples", "500", "padded (2D)", "packed (1D)", "batches", "padding fraction",
                            "tokens per batch", "fewer batches than padding"}) {
@@ -70,7 +45,7 @@ TEST(FusepackPack, ReadsAJsonlFile) {
       out << "]}\n";
     }
   }
-  Result const r = run_pack("--data " + path + " --budget 64 --vocab 32");
+  BinaryResult const r = run_pack("--data " + path + " --budget 64 --vocab 32");
   std::remove(path.c_str());
   ASSERT_EQ(r.exit_code, 0);
   EXPECT_NE(r.out.find("210"), std::string::npos) << "1 + 2 + ... + 20 = 210 tokens";
@@ -96,7 +71,7 @@ TEST(FusepackPack, ExitsWithCode2AndAMessageOnBadInput) {
 }
 
 TEST(FusepackPack, TruncatePolicyReportsTheExamplesOverTheBudget) {
-  Result const r = run_pack("--synthetic synthetic:n=50,median=900 --budget 100 --oversize truncate");
+  BinaryResult const r = run_pack("--synthetic synthetic:n=50,median=900 --budget 100 --oversize truncate");
   ASSERT_EQ(r.exit_code, 0);
   EXPECT_NE(r.out.find("examples over the budget"), std::string::npos);
 }

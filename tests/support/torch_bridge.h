@@ -1,5 +1,6 @@
-// Between LibTorch tensors and the fp64 references, for the kernel tests: conversions, the CUDA-device skip, and the
-// DESIGN section 5 check of a fused result against the reference with the composite as baseline.
+// Between LibTorch tensors and the fp64 references, for the kernel tests: conversions, the CUDA-device skip, the
+// DESIGN section 5 check of a fused result against the reference with the composite as baseline, and the check that
+// a TORCH_CHECK fires with its message.
 #pragma once
 
 #include "reference/tensor.h"
@@ -7,7 +8,11 @@
 #include "tests/support/dtype.h"
 
 #include <ATen/core/Tensor.h>
+#include <c10/util/Exception.h>
 
+#include <gtest/gtest.h>
+
+#include <cstdio>
 #include <string>
 
 namespace fusepack::test {
@@ -30,6 +35,19 @@ inline constexpr double kFp32RelRms = 1e-5;
 // max|ref64|, and for fp32 also rel-RMS <= kFp32RelRms. `composite` is the unfused ATen baseline in the same dtype.
 ErrorReport check_fused(std::string const& name, at::Tensor const& fused, at::Tensor const& composite,
                         ref::Tensor const& ref, IndexLayout const& layout = {});
+
+// `statement` must throw c10::Error whose message contains `substring`; the message is printed.
+template <typename F>
+void expect_torch_error(F&& statement, std::string const& substring) {
+  try {
+    statement();
+    ADD_FAILURE() << "expected c10::Error containing '" << substring << "'";
+  } catch (c10::Error const& e) {
+    std::string const msg = e.what_without_backtrace();
+    std::printf("[  error   ] %s\n", msg.c_str());
+    EXPECT_NE(msg.find(substring), std::string::npos) << "message: " << msg;
+  }
+}
 
 }  // namespace fusepack::test
 

@@ -8,6 +8,7 @@
 #include "trainer/optim/schedule.h"
 
 #include "tests/support/env.h"
+#include "tests/support/torch_bridge.h"
 
 #include <ATen/ATen.h>
 
@@ -48,19 +49,6 @@ std::vector<double> values(at::Tensor const& t) {
 
 double max_abs_diff(at::Tensor const& a, at::Tensor const& b) {
   return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
-}
-
-// `statement` must throw c10::Error whose message contains `substring`; the message is printed.
-template <typename F>
-void expect_torch_error(F&& statement, std::string const& substring) {
-  try {
-    statement();
-    ADD_FAILURE() << "expected c10::Error containing '" << substring << "'";
-  } catch (c10::Error const& e) {
-    std::string const msg = e.what_without_backtrace();
-    std::printf("[  error   ] %s\n", msg.c_str());
-    EXPECT_NE(msg.find(substring), std::string::npos) << "message: " << msg;
-  }
 }
 
 NamedParameter named(std::string name, at::Tensor value) { return {std::move(name), std::move(value)}; }

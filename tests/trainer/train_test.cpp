@@ -17,17 +17,16 @@
 
 #include "tests/support/env.h"
 #include "tests/support/expect.h"
+#include "tests/support/run_binary.h"
 
 #include <ATen/ATen.h>
 
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -285,31 +284,9 @@ TEST(RunTraining, LogsOneLinePerStepThenTheSummary) {
 // ------------------------------------------------------------------------------------------------------------------
 // fusepack-train as a user runs it
 
-struct Result {
-  int exit_code = -1;
-  std::string out;  // stdout and stderr together
-};
+BinaryResult run_train(std::string const& args) { return run_binary(FUSEPACK_TRAIN_BINARY, "fusepack-train", args); }
 
-std::string temp_path(std::string const& suffix) {
-  auto const* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  return (std::filesystem::temp_directory_path() /
-          ("fusepack_train_" + std::string(info->name()) + "_" + std::to_string(::getpid()) + suffix))
-      .string();
-}
-
-Result run_train(std::string const& args) {
-  std::string const command = std::string(FUSEPACK_TRAIN_BINARY) + " " + args + " 2>&1";
-  Result r;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (!pipe) return r;
-  char buf[4096];
-  std::size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, pipe)) > 0) r.out.append(buf, n);
-  int const status = ::pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  std::printf("[   run    ] fusepack-train %s -> exit %d\n%s", args.c_str(), r.exit_code, r.out.c_str());
-  return r;
-}
+std::string temp_path(std::string const& suffix) { return test_temp_path("fusepack_train", suffix); }
 
 // Two steps of two micro-batches on a dozen short examples: about a second.
 std::string const kSmallRun =
@@ -318,7 +295,7 @@ std::string const kSmallRun =
 
 TEST(FusepackTrain, GoldenWriteThenCheckRoundTripsAndAChangedRunFails) {
   std::string const golden_path = temp_path(".json");
-  Result const w = run_train(kSmallRun + " --batching padded --dtype fp64 --golden-write " + golden_path);
+  BinaryResult const w = run_train(kSmallRun + " --batching padded --dtype fp64 --golden-write " + golden_path);
   ASSERT_EQ(w.exit_code, 0);
   for (char const* text : {"step 0/2", "step 1/2", "summary: 2 steps", "golden written"}) {
     EXPECT_NE(w.out.find(text), std::string::npos) << "missing '" << text << "'";
@@ -338,13 +315,13 @@ TEST(FusepackTrain, GoldenWriteThenCheckRoundTripsAndAChangedRunFails) {
   EXPECT_NE(g.provenance.model_config.find("\"hidden_size\":64"), std::string::npos) << g.provenance.model_config;
 
   // The packed path of the same run passes the padded golden.
-  Result const packed = run_train(kSmallRun + " --batching packed --dtype fp64 --golden-check " + golden_path);
+  BinaryResult const packed = run_train(kSmallRun + " --batching packed --dtype fp64 --golden-check " + golden_path);
   EXPECT_EQ(packed.exit_code, 0);
   EXPECT_NE(packed.out.find("PASS"), std::string::npos);
 
   // Another learning rate changes step 1's loss (step 0 is before any update: it must still pass).
-  Result const changed = run_train(kSmallRun + " --batching packed --dtype fp64 --lr 2e-3 --golden-check " +
-                                   golden_path);
+  BinaryResult const changed = run_train(kSmallRun + " --batching packed --dtype fp64 --lr 2e-3 --golden-check " +
+                                         golden_path);
   EXPECT_EQ(changed.exit_code, 1);
   EXPECT_NE(changed.out.find("FAIL"), std::string::npos);
   EXPECT_NE(changed.out.find("note: the batching differs"), std::string::npos) << "the lr differs from the golden's";
@@ -353,7 +330,7 @@ TEST(FusepackTrain, GoldenWriteThenCheckRoundTripsAndAChangedRunFails) {
 
 TEST(FusepackTrain, WritesFineTunedWeightsThatLoadBackAsACheckpoint) {
   std::string const dir = temp_path("_out");
-  Result const r = run_train(kSmallRun + " --steps 1 --output " + dir);  // a repeated option: the last one wins
+  BinaryResult const r = run_train(kSmallRun + " --steps 1 --output " + dir);  // a repeated option: the last one wins
   ASSERT_EQ(r.exit_code, 0);
   EXPECT_NE(r.out.find("summary: 1 step,"), std::string::npos);
   model::Qwen35Config const config = model::Qwen35Config::from_json_file(dir + "/config.json");
@@ -370,8 +347,9 @@ TEST(FusepackTrain, WritesFineTunedWeightsThatLoadBackAsACheckpoint) {
   }
   EXPECT_EQ(st.metadata.at("format"), "pt");
   // And fusepack-train starts from them.
-  Result const again = run_train("--config " + dir + " --weights " + dir +
-                                 " --data synthetic:n=12,median=12,sigma=0.5,max=40,seed=3 --budget 64 --steps 1");
+  BinaryResult const again =
+      run_train("--config " + dir + " --weights " + dir +
+                " --data synthetic:n=12,median=12,sigma=0.5,max=40,seed=3 --budget 64 --steps 1");
   EXPECT_EQ(again.exit_code, 0);
   EXPECT_NE(again.out.find("weights: " + dir), std::string::npos);
   // Not std::filesystem::remove_all: in a binary linked with libtorch it resolves to libtorch's own copy and crashes.
@@ -380,7 +358,7 @@ TEST(FusepackTrain, WritesFineTunedWeightsThatLoadBackAsACheckpoint) {
 }
 
 TEST(FusepackTrain, ProfileStepPrintsOpCallsKernelsTimesAndTheBackend) {
-  Result const r = run_train(kSmallRun + " --profile-step 1");
+  BinaryResult const r = run_train(kSmallRun + " --profile-step 1");
   ASSERT_EQ(r.exit_code, 0);
   for (char const* text : {"profile of step 1 (backend composite", "CPU op calls:", "GPU kernels:    0",
                            "step wall time:", "GPU kernel time:", "most frequent CPU ops:", "aten::",
@@ -412,7 +390,7 @@ TEST(FusepackTrain, ExitsWithCode2AndAMessageOnBadInput) {
       {kSmallRun + " --weights /nonexistent/weights", "/nonexistent/weights"},
   };
   for (Case const& c : cases) {
-    Result const r = run_train(c.args);
+    BinaryResult const r = run_train(c.args);
     EXPECT_EQ(r.exit_code, 2) << c.args;
     EXPECT_NE(r.out.find(c.message), std::string::npos) << c.args << "\noutput: " << r.out;
     EXPECT_EQ(r.out.find("Exception raised from"), std::string::npos) << "a C++ backtrace reached the user";
