@@ -387,6 +387,9 @@ TEST(FusepackTrain, ExitsWithCode2AndAMessageOnBadInput) {
       {"--preset qwen35-tiny --data synthetic:n=4,median=100,max=100 --budget 16", "more than the token budget"},
       {kSmallRun + " --golden-check /nonexistent/golden.json", "/nonexistent/golden.json"},
       {kSmallRun + " --loss-rtol 1e-3", "tolerance options apply to --golden-check"},
+      {kSmallRun + " --golden-baseline /tmp/baseline.json", "give golden_check too"},
+      {kSmallRun + " --golden-check /tmp/g.json --golden-baseline /tmp/b.json --loss-rtol 1e-3",
+       "either tolerance options or --golden-baseline"},
       {kSmallRun + " --weights /nonexistent/weights", "/nonexistent/weights"},
   };
   for (Case const& c : cases) {
