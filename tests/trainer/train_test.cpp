@@ -10,7 +10,9 @@
 #include "trainer/model/batch.h"
 #include "trainer/model/config.h"
 #include "trainer/model/model.h"
+#include "kernels/ops/rmsnorm.h"
 #include "trainer/train/config.h"
+#include "trainer/train/profile.h"
 #include "trainer/train/report.h"
 #include "trainer/train/run.h"
 #include "trainer/train/trainer.h"
@@ -369,6 +371,24 @@ TEST(FusepackTrain, ProfileStepPrintsOpCallsKernelsTimesAndTheBackend) {
   }
   // The profile follows its own step's line and precedes the next step's.
   EXPECT_LT(r.out.find("step 1/2"), r.out.find("profile of step 1"));
+}
+
+// The profile's guard against an op running another implementation than the run asked for: a profiler told the run
+// is fused sees a composite rmsnorm call (the planted mismatch) and counts it; the fused one it does not.
+TEST(StepProfiler, CountsOpCallsThatDidNotRunTheRequestedBackend) {
+  at::Tensor const x = at::randn({4, 8}, at::kDouble), w = at::zeros({8}, at::kDouble);
+  train::StepProfiler profiler(0, "fused", /*cuda=*/false, 0);
+  ops::rmsnorm(x, w, 1e-6, ops::Backend::kComposite);
+  train::StepProfile const p = profiler.stop();
+  EXPECT_EQ(p.ops_not_on_backend, 1);
+  ASSERT_EQ(p.op_implementations.size(), 1u);
+  EXPECT_EQ(p.op_implementations[0].first, "rmsnorm [composite]");
+  EXPECT_NE(train::profile_text(p).find("ERROR: 1 of 1 op calls did not run fused"), std::string::npos)
+      << train::profile_text(p);
+
+  train::StepProfiler matching(0, "composite", /*cuda=*/false, 0);
+  ops::rmsnorm(x, w, 1e-6, ops::Backend::kComposite);
+  EXPECT_EQ(matching.stop().ops_not_on_backend, 0);
 }
 
 TEST(FusepackTrain, ExitsWithCode2AndAMessageOnBadInput) {
