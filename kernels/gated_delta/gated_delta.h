@@ -28,6 +28,9 @@ struct GatedDeltaChunkTable {
 };
 GatedDeltaChunkTable gated_delta_chunk_table(std::vector<std::int32_t> const& cu_seqlens);
 
+// bf16 parts the saved (I + A)^-1 is split into: 2 for bf16 and fp16 runs, 3 for fp32 runs (fp32 accuracy).
+inline int gated_delta_ainv_parts(DType dtype) { return dtype == DType::kF32 ? 3 : 2; }
+
 struct GatedDeltaFwdParams {
   void const* q = nullptr;                   // [T, Hk, K] contiguous, dtype
   void const* k = nullptr;                   // [T, Hk, K] contiguous, dtype
@@ -44,8 +47,10 @@ struct GatedDeltaFwdParams {
   float* q_rstd = nullptr;  // [T, Hk] 1/sqrt(Σq² + 1e-6) (1 when !use_qk_l2norm)
   float* k_rstd = nullptr;  // [T, Hk]
   float* gcum = nullptr;    // [T, Hv] inclusive cumulative sum of g within each chunk
-  float* Ainv = nullptr;    // [T, Hv, kGatedDeltaChunk] row i of the chunk's (I + A)^-1 (lower unit-triangular),
-                            // columns j = 0..chunk_len-1 of the chunk; the rest zero
+  std::uint16_t* Ainv = nullptr;  // bf16 bits [T, Hv, gated_delta_ainv_parts(dtype), kGatedDeltaChunk]: row i of the
+                                  // chunk's (I + A)^-1 (lower unit-triangular) as bf16 parts (x = Σ parts, to ~2^-16
+                                  // relative for 2 parts, fp32 accuracy for 3), columns j = 0..chunk_len-1 of the
+                                  // chunk; the rest zero
   float* h = nullptr;       // [NC, Hv, K, V] state at the start of every chunk
   float* v_new = nullptr;   // [T, Hv, V] u − w·h, the chunk's corrected values
   std::int64_t T = 0;

@@ -1,13 +1,14 @@
 // Backward of the chunked gated delta rule: three launches (gated_delta_bwd_kernels.cuh) over the inputs and the
-// tensors the forward saved (it reads g itself, not gcum). Contract: fp32 state gradient and accumulations, tf32
-// tensor-core products with fp32 and fp16 runs splitting their fp32 operands (3xTF32, see Split), one rounding of dq,
-// dk, dv, dbeta to the input dtype; bitwise deterministic (no atomics: every sum, the GQA sum over value heads
-// included, runs in a fixed order).
+// tensors the forward saved (it reads g itself, not gcum). Contract: fp32 state gradient and accumulations,
+// tensor-core products (split-bf16 in the recurrence, tf32 / 3xTF32 / fp32 FMAs in the per-chunk kernels, see the
+// kernels' header), one rounding of dq, dk, dv, dbeta to the input dtype; bitwise deterministic (no atomics: every
+// sum, the GQA sum over value heads included, runs in a fixed order).
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/static_switch.h"
 #include "kernels/gated_delta/gated_delta.h"
 #include "kernels/gated_delta/gated_delta_bwd_kernels.cuh"
 
+#include <climits>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -75,33 +76,64 @@ void allow_smem(Kernel kernel, std::size_t bytes) {  // per call: the attribute 
 }
 
 // An H100/H200 block may have 227 KB of shared memory; the recurrence and the per-chunk kernel run one block per SM.
-static_assert(state_smem_bytes<128>() <= 227 * 1024 && chunk_smem_bytes<128, 128>() <= 227 * 1024);
+constexpr std::size_t kMaxBlockSmem = 227 * 1024;
+static_assert(StateSmem<float, 128, 8>::kBytes <= kMaxBlockSmem &&
+              StateSmem<__nv_bfloat16, 128, 8>::kBytes <= kMaxBlockSmem && chunk_smem_bytes<128, 128>() <= kMaxBlockSmem);
+
+template <typename T, int K, int kBWarps>
+void launch_state(GatedDeltaBwdParams const& p, __nv_bfloat16 const* P_planes, float const* rec, float* dh, float* y,
+                  cudaStream_t stream) {
+  using Sm = StateSmem<T, K, kBWarps>;
+  auto const kernel = gated_delta_bwd_state<T, K, kBWarps>;
+  allow_smem(kernel, Sm::kBytes);
+  std::int64_t const blocks = std::int64_t(p.N) * p.Hv * (p.V / Sm::kBV);
+  if (blocks > INT_MAX) {
+    throw std::invalid_argument("gated_delta backward: N·Hv·V/" + std::to_string(Sm::kBV) + " = " +
+                                std::to_string(blocks) + " blocks exceed the grid limit");
+  }
+  kernel<<<static_cast<unsigned>(blocks), kBWarps * 32, Sm::kBytes, stream>>>(p, P_planes, rec, dh, y);
+  FUSEPACK_CUDA_CHECK_LAUNCH();
+}
+
+// One block per (example, value head, 128 value columns) when that fills the GPU, else 64 columns: each warp's chunk
+// step is the same either way, narrower blocks only spread few examples' chains over more multiprocessors.
+template <typename T, int K, int V>
+void launch_state_for(GatedDeltaBwdParams const& p, __nv_bfloat16 const* P_planes, float const* rec, float* dh,
+                      float* y, cudaStream_t stream) {
+  if constexpr (V % 128 == 0) {
+    int device = 0, sms = 0;
+    FUSEPACK_CUDA_CHECK(cudaGetDevice(&device));
+    FUSEPACK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    if (std::int64_t(p.N) * p.Hv * (V / 128) >= sms) {
+      return launch_state<T, K, 8>(p, P_planes, rec, dh, y, stream);
+    }
+  }
+  launch_state<T, K, 4>(p, P_planes, rec, dh, y, stream);
+}
 
 template <typename T, int K, int V>
 void launch(GatedDeltaBwdParams const& p, cudaStream_t stream) {
   BwdWorkspace const w = bwd_workspace(p);
   auto* ws = static_cast<char*>(p.workspace);
   auto region = [&](std::size_t offset) { return reinterpret_cast<float*>(ws + offset); };
-  float *const P = region(w.P), *const A = region(w.A), *const dh = region(w.dh), *const y = region(w.y);
+  auto planes = [&](std::size_t offset) { return reinterpret_cast<__nv_bfloat16*>(ws + offset); };
+  float *const A = region(w.A), *const dh = region(w.dh), *const y = region(w.y), *const rec = region(w.rec);
+  __nv_bfloat16* const P_planes = planes(w.P_planes);
   if (p.NC > 0) {
     auto const kernel = gated_delta_bwd_intra<T, K>;
     allow_smem(kernel, intra_smem_bytes<K>());
     unsigned const blocks = static_cast<unsigned>(std::int64_t(p.NC) * p.Hv);
-    kernel<<<blocks, kThreads, intra_smem_bytes<K>(), stream>>>(p, P, A);
+    kernel<<<blocks, kThreads, intra_smem_bytes<K>(), stream>>>(p, P_planes, A, rec);
     FUSEPACK_CUDA_CHECK_LAUNCH();
   }
   if (p.NC > 0 || p.dinitial_state) {  // without chunks it only passes dfinal_state through to dinitial_state
-    auto const kernel = gated_delta_bwd_state<T, K, V>;
-    allow_smem(kernel, state_smem_bytes<K>());
-    unsigned const blocks = static_cast<unsigned>(std::int64_t(p.N) * p.Hv * (V / kTileV));
-    kernel<<<blocks, kThreads, state_smem_bytes<K>(), stream>>>(p, P, dh, y);
-    FUSEPACK_CUDA_CHECK_LAUNCH();
+    launch_state_for<T, K, V>(p, P_planes, rec, dh, y, stream);
   }
   if (p.NC > 0) {
     auto const kernel = gated_delta_bwd_chunk<T, K, V>;
     allow_smem(kernel, chunk_smem_bytes<K, V>());
     unsigned const blocks = static_cast<unsigned>(std::int64_t(p.NC) * p.Hk);
-    kernel<<<blocks, kThreads, chunk_smem_bytes<K, V>(), stream>>>(p, P, A, dh, y);
+    kernel<<<blocks, kThreads, chunk_smem_bytes<K, V>(), stream>>>(p, P_planes, A, dh, y);
     FUSEPACK_CUDA_CHECK_LAUNCH();
   }
 }

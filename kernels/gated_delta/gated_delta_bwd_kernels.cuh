@@ -1,16 +1,21 @@
 // The kernels of the chunked gated delta rule backward, in the order gated_delta_bwd.cu runs them:
-//   gated_delta_bwd_intra  per (chunk, value head): P = q̂k̂ᵀ ⊙ decay (i >= j) and Â = k̂k̂ᵀ ⊙ decay (i > j);
-//   gated_delta_bwd_state  per (example, value head, 64 columns of V): the reverse chunk recurrence of dh, y, dv;
+//   gated_delta_bwd_intra  per (chunk, value head): P = q̂k̂ᵀ ⊙ decay (i >= j) and Â = k̂k̂ᵀ ⊙ decay (i > j), P also
+//                          as split-bf16 planes, and the per-token record of row scales;
+//   gated_delta_bwd_state  per (example, value head, 16·kBWarps columns of V): the reverse chunk recurrence of dh, y,
+//                          dv, each warp carrying dhᵀ of its 16 value columns in fp32 registers;
 //   gated_delta_bwd_chunk  per (chunk, key head): dβ and dg of the group's value heads in head order, their dq̂ and
 //                          dk̂ summed in registers, then the scale and the l2norm backward: dq, dk.
-// Matrix products run on the tensor cores (mma.sync m16n8k8 tf32, fp32 accumulation) for bf16 and fp16 inputs; Split
-// says which operands are split into a tf32 head and a tf32 tail (3xTF32): none for bf16 inputs, the fp32
-// intermediates for fp16. fp32 inputs run every product in fp32 FMAs. The in-chunk cumulative sums of g are recomputed from g in fp64
+// Matrix products run on the tensor cores. The recurrence uses gated_delta_mma.cuh's split-bf16 products (SplitPolicy:
+// raw bf16 exact, fp16 as two bf16 parts, fp32 as three; fp32 intermediates as two parts, three in fp32 runs). The
+// other two kernels use mma.sync m16n8k8 tf32 with fp32 accumulation for bf16 and fp16 inputs; Split says which
+// operands are split into a tf32 head and a tf32 tail (3xTF32): none for bf16 inputs, the fp32 intermediates for
+// fp16. fp32 inputs run their products in fp64 FMAs, rounded once to fp32. The in-chunk cumulative sums of g are recomputed from g in fp64
 // (chunk_cumsum says why) and the sums that make dg and dβ run in fp64.
 #pragma once
 
 #include "kernels/common/vec.cuh"
 #include "kernels/gated_delta/gated_delta.h"
+#include "kernels/gated_delta/gated_delta_mma.cuh"
 
 #include <cstddef>
 #include <cstdint>
@@ -19,14 +24,27 @@
 
 namespace fusepack::gated_delta_bwd_detail {
 
+using namespace gated_delta_mma;
+
 constexpr int kChunk = kGatedDeltaChunk;  // 64 tokens: 4 row tiles of 16
-constexpr int kWarps = 8;
+constexpr int kWarps = 8;                 // of gated_delta_bwd_intra and gated_delta_bwd_chunk
 constexpr int kThreads = 32 * kWarps;
-constexpr int kTileV = 64;  // columns of dh one block of the recurrence carries
-constexpr int kSlab = 32;   // rows of h and dh_next per step of gated_delta_bwd_chunk
+constexpr int kSlab = 32;  // rows of h and dh_next per step of gated_delta_bwd_chunk
+
+// Per (token, value head) gated_delta_bwd_intra writes one record of 8 fp32 that the recurrence reads whole:
+enum BwdRecord : int {
+  kBrCq,     // scale · rstd_q_i · e^{G_i}           (dhᵀ += (kBrCq ⊙ do)ᵀ q)
+  kBrSrk,    // rstd_k_i · e^{G_last − G_i}          (dv_new_i = (P ᵀdo)_i + kBrSrk · k_i·dh)
+  kBrCy,     // −rstd_k_i · β_i · e^{G_i}            (dhᵀ += (kBrCy ⊙ y)ᵀ k)
+  kBrBeta,   // β_i                                   (dv = β ⊙ y)
+  kBrGamma,  // e^{G_last} of the token's chunk
+  kBwdRecord = 8
+};
+
 
 // How the products of each operand class run, for inputs of type T (kTf32: one tf32 product; kSplit: the operand is
-// split into a tf32 head and tail, 3xTF32; kFp32: the product runs in plain fp32 FMAs, no tensor cores):
+// split into a tf32 head and tail, 3xTF32; kFp32: the product runs in fp64 FMAs, no tensor cores, and is rounded
+// once to fp32):
 //   kIn   the raw inputs q, k, v, do: bf16 and fp16 values are exact in tf32, fp32 ones are not;
 //   kMid  the fp32 intermediates (h, dh, y, v_new, P, Ainv, ...): split for fp16 runs, whose outputs are judged
 //         against one rounding step of fp16; a bf16 run's fp32 outputs (dg, dinitial_state) are judged at the bf16
@@ -34,7 +52,8 @@ constexpr int kSlab = 32;   // rows of h and dh_next per step of gated_delta_bwd
 //         emulation) stays well under, at a third of the tensor-core work.
 // fp32 runs use kFp32 throughout: they are judged against the fp32 composite (cuBLAS fp32 GEMMs) with a floor of one
 // fp32 rounding step, and 3xTF32 keeps only 22 of fp32's 24 mantissa bits per operand: 3-7x over that budget on the
-// H200. fp32 is the accuracy path, not the speed path.
+// H200; plain fp32 FMA chains over k (64 to 128 terms) still left dk at up to 110% of it. fp32 is the accuracy path,
+// not the speed path.
 enum Precision : int { kTf32 = 0, kSplit = 1, kFp32 = 2 };
 template <typename T>
 struct Split {
@@ -76,27 +95,31 @@ __device__ __forceinline__ void split_tf32(float x, std::uint32_t& hi, std::uint
 // One warp: acc[i][j] += Σ_{k < kK} a(r, k) · b(k, c) on the 16×8 tiles at rows m0 + 16·i, columns n0 + nstep·j.
 // a(r, k), b(k, c) read shared memory (any layout: a transposed operand is just another accessor). The tail products
 // come first, the head product last (the small terms accumulate before the large one). kPrecA / kPrecB: Precision;
-// kFp32 on either side runs the whole product in fp32 FMAs with the same fragment layout.
+// kFp32 on either side runs the whole product in fp64 FMAs with the same fragment layout.
 // acc[i][j][e] is the element at row m0 + 16·i + lane/4 + 8·(e/2), column n0 + nstep·j + 2·(lane%4) + e%2.
 template <int kMI, int kNJ, int kK, int kPrecA, int kPrecB, class AAt, class BAt>
 __device__ __forceinline__ void warp_mma(float (&acc)[kMI][kNJ][4], int m0, int n0, int nstep, AAt const& a,
                                          BAt const& b) {
   int const lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   if constexpr (kPrecA == kFp32 || kPrecB == kFp32) {
-#pragma unroll 1
-    for (int k = 0; k < kK; ++k) {
+    // One 16×8 tile at a time, its sum over k in fp64 FMAs, added to the fp32 accumulator with one rounding: each
+    // product then carries one fp32 rounding instead of a k-long chain of them (fp32 runs are the accuracy path).
 #pragma unroll
-      for (int i = 0; i < kMI; ++i) {
-        float const a0 = a(m0 + 16 * i + g, k), a1 = a(m0 + 16 * i + g + 8, k);
+    for (int i = 0; i < kMI; ++i) {
 #pragma unroll
-        for (int j = 0; j < kNJ; ++j) {
-          int const c = n0 + nstep * j + 2 * t;
-          float const b0 = b(k, c), b1 = b(k, c + 1);
-          acc[i][j][0] = fmaf(a0, b0, acc[i][j][0]);
-          acc[i][j][1] = fmaf(a0, b1, acc[i][j][1]);
-          acc[i][j][2] = fmaf(a1, b0, acc[i][j][2]);
-          acc[i][j][3] = fmaf(a1, b1, acc[i][j][3]);
+      for (int j = 0; j < kNJ; ++j) {
+        int const r = m0 + 16 * i + g, c = n0 + nstep * j + 2 * t;
+        double s[4] = {0.0, 0.0, 0.0, 0.0};
+#pragma unroll 4
+        for (int k = 0; k < kK; ++k) {
+          double const a0 = a(r, k), a1 = a(r + 8, k), b0 = b(k, c), b1 = b(k, c + 1);
+          s[0] = fma(a0, b0, s[0]);
+          s[1] = fma(a0, b1, s[1]);
+          s[2] = fma(a1, b0, s[2]);
+          s[3] = fma(a1, b1, s[3]);
         }
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[i][j][e] = float(double(acc[i][j][e]) + s[e]);
       }
     }
   } else {
@@ -311,14 +334,6 @@ struct IntraSmem {
   static constexpr int q = 2 * kChunk, k = q + kChunk * kLd, rq = k + kChunk * kLd, rk = rq + kChunk,
                        floats = rk + kChunk;
 };
-template <int K>
-struct StateSmem {
-  static constexpr int kLdK = K + 8, kLdL = kChunk + 8, kLdV = kTileV + 8;
-  static constexpr int q = 0, k = q + kChunk * kLdK, P = k + kChunk * kLdK, T = P + kChunk * kLdL,
-                       dout = T + kChunk * kLdL, dv_new = dout + kChunk * kLdV, y = dv_new + kChunk * kLdV,
-                       dh = y + kChunk * kLdV, s_rk = dh + K * kLdV, c_q = s_rk + kChunk, c_y = c_q + kChunk,
-                       beta = c_y + kChunk, gamma = beta + kChunk, floats = gamma + 4;
-};
 template <int K, int V>
 struct ChunkSmem {
   static constexpr int kLdK = K + 8, kLdV = V + 4, kLdL = kChunk + 4;
@@ -340,10 +355,6 @@ template <int K>
 constexpr std::size_t intra_smem_bytes() {
   return sizeof(float) * IntraSmem<K>::floats;
 }
-template <int K>
-constexpr std::size_t state_smem_bytes() {
-  return sizeof(float) * StateSmem<K>::floats;
-}
 template <int K, int V>
 constexpr std::size_t chunk_smem_bytes() {
   return sizeof(float) * ChunkSmem<K, V>::floats;
@@ -351,7 +362,9 @@ constexpr std::size_t chunk_smem_bytes() {
 
 // The fp32 workspace: byte offsets of its regions (each 256-byte aligned) and its size.
 struct BwdWorkspace {
-  std::size_t P = 0, A = 0;  // [NC, Hv, 64, 64] P and Â of every chunk
+  std::size_t P_planes = 0;  // bf16 [NC, Hv, parts, 64, 64]: P of every chunk, split
+  std::size_t A = 0;         // [NC, Hv, 64, 64] Â of every chunk
+  std::size_t rec = 0;                 // [T, Hv, kBwdRecord] the recurrence's row scales
   std::size_t dh = 0;        // [NC, Hv, K, V] dh_next: the gradient of the state leaving every chunk
   std::size_t y = 0;         // [T, Hv, V] y = Ainvᵀ dv_new
   std::size_t bytes = 0;
@@ -366,8 +379,9 @@ inline BwdWorkspace bwd_workspace(GatedDeltaBwdParams const& p) {
   std::size_t const NC = size(p.NC), T = size(p.T), Hv = size(p.Hv), K = size(p.K), V = size(p.V);
   BwdWorkspace w;
   std::size_t o = 0;
-  w.P = at(o, NC * Hv * kChunk * kChunk);
+  w.P_planes = at(o, NC * Hv * gated_delta_ainv_parts(p.dtype) * kChunk * kChunk / 2);  // bf16 pairs
   w.A = at(o, NC * Hv * kChunk * kChunk);
+  w.rec = at(o, T * Hv * kBwdRecord);
   w.dh = at(o, NC * Hv * K * V);
   w.y = at(o, T * Hv * V);
   w.bytes = o;
@@ -375,9 +389,13 @@ inline BwdWorkspace bwd_workspace(GatedDeltaBwdParams const& p) {
 }
 
 // P[i, j] = (q̂_i·k̂_j) exp(G_i − G_j) for j <= i, Â[i, j] = (k̂_i·k̂_j) exp(G_i − G_j) for j < i, both 0 elsewhere
-// (and on rows past the chunk's end): one [q; k] kᵀ product of the raw inputs, rstd and scale applied after.
+// (and on rows past the chunk's end): one [q; k] kᵀ product of the raw inputs, rstd and scale applied after. P goes
+// out as planes of bf16 parts ([parts][64][64]: the recurrence's tensor-core operand; their sum in part order is P to
+// ~2^-17 relative with 2 parts, exactly with 3), Â in fp32; and the chunk's records (BwdRecord).
 template <typename T, int K>
-__global__ void __launch_bounds__(kThreads) gated_delta_bwd_intra(GatedDeltaBwdParams p, float* P_out, float* A_out) {
+__global__ void __launch_bounds__(kThreads)
+    gated_delta_bwd_intra(GatedDeltaBwdParams p, __nv_bfloat16* P_planes_out, float* A_out, float* rec_out) {
+  constexpr int kPF = SplitPolicy<T>::kOrder + 1;
   using S = IntraSmem<K>;
   constexpr int kLd = S::kLd;
   constexpr int kPrec = Split<T>::kIn;
@@ -395,8 +413,15 @@ __global__ void __launch_bounds__(kThreads) gated_delta_bwd_intra(GatedDeltaBwdP
       bool const in = r < len;
       std::int64_t const t = std::int64_t(start) + r;
       G[r] = cg.G[h2];
-      rq[r] = in ? p.scale * p.q_rstd[t * p.Hk + kh] : 0.0f;
-      rk[r] = in ? p.k_rstd[t * p.Hk + kh] : 0.0f;
+      float const r_q = in ? p.q_rstd[t * p.Hk + kh] : 0.0f, r_k = in ? p.k_rstd[t * p.Hk + kh] : 0.0f;
+      rq[r] = p.scale * r_q;
+      rk[r] = r_k;
+      if (in) {
+        float const decay = expf(float(cg.G[h2])), b = to_float(static_cast<T const*>(p.beta)[t * p.Hv + j]);
+        float4* rec = reinterpret_cast<float4*>(rec_out + (t * p.Hv + j) * kBwdRecord);
+        rec[0] = make_float4(p.scale * r_q * decay, expf(float(cg.last - cg.G[h2])) * r_k, -r_k * b * decay, b);
+        rec[1] = make_float4(expf(float(cg.last)), 0.0f, 0.0f, 0.0f);
+      }
     }
   }
   std::int64_t const row0 = (std::int64_t(start) * p.Hk + kh) * K, stride = std::int64_t(p.Hk) * K;
@@ -412,7 +437,8 @@ __global__ void __launch_bounds__(kThreads) gated_delta_bwd_intra(GatedDeltaBwdP
   warp_mma<1, 8, K, kPrec, kPrec>(
       acc, 0, 0, 8, [&](int r, int kk) { return a_rows[r * kLd + kk]; },
       [&](int kk, int n) { return k_s[n * kLd + kk]; });
-  float* const out = (is_p ? P_out : A_out) + (std::int64_t(c) * p.Hv + j) * kChunk * kChunk;
+  float* const A_c = A_out + (std::int64_t(c) * p.Hv + j) * kChunk * kChunk;
+  __nv_bfloat16* const P_c = P_planes_out + (std::int64_t(c) * p.Hv + j) * kPF * kChunk * kChunk;
   float const* r_scale = is_p ? rq : rk;
 #pragma unroll
   for (int jn = 0; jn < 8; ++jn) {
@@ -426,163 +452,269 @@ __global__ void __launch_bounds__(kThreads) gated_delta_bwd_intra(GatedDeltaBwdP
         bool const keep = i < len && (is_p ? jj <= i : jj < i);
         v[b] = keep ? r_scale[i] * rk[jj] * acc[0][jn][2 * half + b] * expf(float(G[i] - G[jj])) : 0.0f;
       }
-      *reinterpret_cast<float2*>(out + i * kChunk + col) = make_float2(v[0], v[1]);
+      if (is_p) {
+        std::uint32_t w[kPF];
+        split_pair<kPF>(v[0], v[1], w);
+#pragma unroll
+        for (int part = 0; part < kPF; ++part) {
+          *reinterpret_cast<std::uint32_t*>(P_c + (part * kChunk + i) * kChunk + col) = w[part];
+        }
+      } else {
+        *reinterpret_cast<float2*>(A_c + i * kChunk + col) = make_float2(v[0], v[1]);
+      }
     }
   }
 }
 
-// The reverse chunk recurrence for example n, value head j, dh columns [v0, v0 + 64), dh starting at dfinal_state
-// (or 0). Per chunk, last first: dh_next out; dv_new = Pᵀ do + diag(exp(G_last − G)) k̂ dh; y = Ainvᵀ dv_new (out,
-// with dv = β ⊙ y); dh ← exp(G_last) dh + (q̂ ⊙ exp(G))ᵀ do − (k̂ ⊙ β ⊙ exp(G))ᵀ y. The raw q and k are the products'
-// operands (exact in tf32 for bf16/fp16); rstd, scale and the decays move onto the other side as row scales.
-template <typename T, int K, int V>
-__global__ void __launch_bounds__(kThreads, 1)
-    gated_delta_bwd_state(GatedDeltaBwdParams p, float const* P_in, float* dh_out, float* y_out) {
-  using S = StateSmem<K>;
-  constexpr int kLdK = S::kLdK, kLdL = S::kLdL, kLdV = S::kLdV;
-  constexpr int kIn = Split<T>::kIn, kMid = Split<T>::kMid;
-  constexpr int kVTiles = V / kTileV;
-  float* const sm = shared_floats();
-  float *const q_s = sm + S::q, *const k_s = sm + S::k, *const P_s = sm + S::P, *const T_s = sm + S::T,
-               *const do_s = sm + S::dout, *const dvn_s = sm + S::dv_new, *const y_s = sm + S::y,
-               *const dh_s = sm + S::dh, *const s_rk = sm + S::s_rk, *const c_q = sm + S::c_q, *const c_y = sm + S::c_y,
-               *const beta_s = sm + S::beta, *const gamma_s = sm + S::gamma;
-  int const vt = blockIdx.x % kVTiles, j = (blockIdx.x / kVTiles) % p.Hv, n = blockIdx.x / (kVTiles * p.Hv);
-  int const v0 = vt * kTileV, kh = j / (p.Hv / p.Hk);
-  int const tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
-  std::int64_t const state = (std::int64_t(n) * p.Hv + j) * K * V + v0;
-  load_tile(dh_s, kLdV, p.dfinal_state ? p.dfinal_state + state : nullptr, V, K, kTileV, p.dfinal_state ? K : 0, kTileV,
-            Unit{});
-  __syncthreads();
+// The recurrence's shared memory, per stage (one chunk's inputs): the raw k, q rows and the block's do columns, P and
+// Ainv as bf16 planes, the records. Two stages (the next chunk streams in while this one computes) where they fit,
+// one for fp32 inputs.
+template <typename T, int K, int kBWarps>
+struct StateSmem {
+  static constexpr int kParts = SplitPolicy<T>::kOrder + 1;
+  static constexpr int kStages = sizeof(T) == 4 ? 1 : 2;
+  static constexpr int kBV = 16 * kBWarps;  // value columns of a block
+  static constexpr int kLdK = K + kLdPad, kLdV = kBV + kLdPad;
+  static constexpr std::size_t kKTile = 0;                                         // T [64][kLdK]
+  static constexpr std::size_t kQTile = kKTile + sizeof(T) * kChunk * kLdK;       // T [64][kLdK]
+  static constexpr std::size_t kDoTile = kQTile + sizeof(T) * kChunk * kLdK;      // T [64][kLdV]
+  static constexpr std::size_t kPPlanes = align16(kDoTile + sizeof(T) * kChunk * kLdV);  // bf16 [parts][64][kLdSq]
+  static constexpr std::size_t kAPlanes = kPPlanes + 2 * kParts * kPlane;        // bf16 [parts][64][kLdSq]
+  static constexpr std::size_t kRec = kAPlanes + 2 * kParts * kPlane;            // fp32 [64][kBwdRecord]
+  static constexpr std::size_t kStage = align16(kRec + sizeof(float) * kChunk * kBwdRecord);
+  static constexpr std::size_t kBytes = kStages * kStage;
+};
 
-  auto const* q = static_cast<T const*>(p.q);
-  auto const* k = static_cast<T const*>(p.k);
-  auto const* dout = static_cast<T const*>(p.dout);
-  auto const* beta = static_cast<T const*>(p.beta);
-  auto* dv = static_cast<T*>(p.dv);
-  // The next chunk's inputs wait in registers while the block works on the current one.
-  StagedTile<T, kChunk, K> next_q, next_k;
-  StagedTile<float, kChunk, kChunk> next_P, next_T;
-  StagedTile<T, kChunk, kTileV> next_do;
-  auto prefetch = [&](int c) {
-    int const start = p.chunks[c], len = p.chunks[p.NC + c];
-    std::int64_t const qk0 = (std::int64_t(start) * p.Hk + kh) * K, qk_stride = std::int64_t(p.Hk) * K;
-    next_q.load(q + qk0, qk_stride, len, K);
-    next_k.load(k + qk0, qk_stride, len, K);
-    next_P.load(P_in + (std::int64_t(c) * p.Hv + j) * kChunk * kChunk, kChunk, kChunk, kChunk);
-    next_T.load(p.Ainv + (std::int64_t(start) * p.Hv + j) * kChunk, std::int64_t(p.Hv) * kChunk, len, len);
-    next_do.load(dout + (std::int64_t(start) * p.Hv + j) * V + v0, std::int64_t(p.Hv) * V, len, kTileV);
-  };
+// The reverse chunk recurrence for example n, value head j and the block's 16·kBWarps value columns; dh starts at
+// dfinal_state (or 0). Warp w carries dhᵀ of its 16 value columns [16, K] in fp32 registers as accumulator tiles and
+// runs its chunk step alone (the block shares only the chunk's inputs). Per chunk, last first, in the transposed
+// frame (rows: the warp's value columns; columns: the chunk's tokens i):
+//   dh_next out;  dv_newᵀ = kBrSrk ⊙ (dhᵀ kᵀ) + doᵀ P;  yᵀ = dv_newᵀ Ainv;  y out, dv = β ⊙ y;
+//   dhᵀ ← e^{G_last} dhᵀ + (kBrCq ⊙ do)ᵀ q + (kBrCy ⊙ y)ᵀ k,
+// with the raw q, k, do as operands (exact as bf16 parts) and the row scales on the other side.
+template <typename T, int K, int kBWarps>
+__global__ void __launch_bounds__(kBWarps * 32, 1)
+    gated_delta_bwd_state(GatedDeltaBwdParams p, __nv_bfloat16 const* P_planes, float const* rec, float* dh_out,
+                          float* y_out) {
+  using Sm = StateSmem<T, K, kBWarps>;
+  using Pol = SplitPolicy<T>;
+  constexpr int kBThreads = kBWarps * 32, kBV = Sm::kBV, kStateTiles = K / 8;
+  constexpr int kPF = Pol::kOrder + 1, kPR = Pol::kRawParts, kOrder = Pol::kOrder;
+  constexpr int kVecN = 16 / sizeof(T);
+  extern __shared__ __align__(16) unsigned char gd_state_smem[];
+
+  int const tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  int const Hk = p.Hk, Hv = p.Hv, V = p.V, tiles = V / kBV;
+  std::int64_t bid = blockIdx.x;
+  int const vtile = static_cast<int>(bid % tiles);
+  bid /= tiles;
+  int const j = static_cast<int>(bid % Hv);
+  int const n = static_cast<int>(bid / Hv);
+  int const kh = j / (Hv / Hk);
+  int const v0 = vtile * kBV, wc = 16 * warp;  // the block's and the warp's first value column
   int const c_first = p.chunks[3 * p.NC + n], c_end = p.chunks[3 * p.NC + n + 1];
-  if (c_end > c_first) prefetch(c_end - 1);
-  for (int c = c_end - 1; c >= c_first; --c) {
-    int const start = p.chunks[c], len = p.chunks[p.NC + c];
-    store_tile(dh_out + (std::int64_t(c) * p.Hv + j) * K * V + v0, V, dh_s, kLdV, K, kTileV);
-    if (warp == 0) {
-      ChunkG const cg = chunk_cumsum(p.g, start, len, p.Hv, j);
-#pragma unroll
-      for (int h2 = 0; h2 < 2; ++h2) {
-        int const r = 2 * lane + h2;
-        bool const in = r < len;
-        std::int64_t const t = std::int64_t(start) + r;
-        float const decay = in ? expf(float(cg.G[h2])) : 0.0f;
-        float const b = in ? to_float(beta[t * p.Hv + j]) : 0.0f;
-        float const r_q = in ? p.q_rstd[t * p.Hk + kh] : 0.0f, r_k = in ? p.k_rstd[t * p.Hk + kh] : 0.0f;
-        s_rk[r] = in ? expf(float(cg.last - cg.G[h2])) * r_k : 0.0f;
-        c_q[r] = p.scale * r_q * decay;
-        c_y[r] = -r_k * b * decay;
-        beta_s[r] = b;
-      }
-      if (lane == 0) gamma_s[0] = expf(float(cg.last));
-    }
-    next_q.store(q_s, kLdK);
-    next_k.store(k_s, kLdK);
-    next_P.store(P_s, kLdL);
-    next_T.store(T_s, kLdL);
-    next_do.store(do_s, kLdV);
-    __syncthreads();
-    if (c > c_first) prefetch(c - 1);
+  auto const* k = static_cast<T const*>(p.k);
+  auto const* q = static_cast<T const*>(p.q);
+  auto const* dout = static_cast<T const*>(p.dout);
+  auto* dv = static_cast<T*>(p.dv);
+  auto const* A_planes = reinterpret_cast<__nv_bfloat16 const*>(p.Ainv);
 
-    // [64 × 64] tiles: warp w owns rows 16·(w/2).., columns 32·(w%2)..
-    int const m0 = 16 * (warp >> 1), n0 = 32 * (warp & 1);
-    {  // dv_new = Pᵀ do + diag(s · rstd_k) (k dh)
-      float x[1][4][4], d[1][4][4];
-      zero(x);
-      zero(d);
-      warp_mma<1, 4, K, kIn, kMid>(
-          x, m0, n0, 8, [&](int r, int kk) { return k_s[r * kLdK + kk]; },
-          [&](int kk, int col) { return dh_s[kk * kLdV + col]; });
-      warp_mma<1, 4, kChunk, kMid, kIn>(
-          d, m0, n0, 8, [&](int r, int kk) { return P_s[kk * kLdL + r]; },
-          [&](int kk, int col) { return do_s[kk * kLdV + col]; });
+  // dhᵀ[v0 + wc + g + 8·(e>>1)][8·nt + 2t + (e&1)] in dh[nt][e]; state tensors are [.., K, V].
+  float dh[kStateTiles][4];
+  std::int64_t const state_off = (std::int64_t(n) * Hv + j) * K * V + v0 + wc + g;
 #pragma unroll
-      for (int jn = 0; jn < 4; ++jn) {
+  for (int nt = 0; nt < kStateTiles; ++nt) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          int const r = m0 + g + 8 * (e >> 1), col = n0 + 8 * jn + 2 * t4 + (e & 1);
-          dvn_s[r * kLdV + col] = d[0][jn][e] + s_rk[r] * x[0][jn][e];
-        }
-      }
+    for (int e = 0; e < 4; ++e) {
+      int const d = 8 * nt + 2 * t + (e & 1), vr = 8 * (e >> 1);
+      dh[nt][e] = p.dfinal_state != nullptr ? p.dfinal_state[state_off + std::int64_t(d) * V + vr] : 0.0f;
     }
-    __syncthreads();
-    {  // y = Ainvᵀ dv_new; dv = β ⊙ y; the scaled operands of the dh update
-      float y[1][4][4];
-      zero(y);
-      warp_mma<1, 4, kChunk, kMid, kMid>(
-          y, m0, n0, 8, [&](int r, int kk) { return T_s[kk * kLdL + r]; },
-          [&](int kk, int col) { return dvn_s[kk * kLdV + col]; });
-#pragma unroll
-      for (int jn = 0; jn < 4; ++jn) {
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          int const r = m0 + g + 8 * half, col = n0 + 8 * jn + 2 * t4;
-          float const y0 = y[0][jn][2 * half], y1 = y[0][jn][2 * half + 1];
-          y_s[r * kLdV + col] = c_y[r] * y0;
-          y_s[r * kLdV + col + 1] = c_y[r] * y1;
-          if (r < len) {
-            std::int64_t const o = (std::int64_t(start + r) * p.Hv + j) * V + v0 + col;
-            y_out[o] = y0;
-            y_out[o + 1] = y1;
-            dv[o] = from_float<T>(beta_s[r] * y0);
-            dv[o + 1] = from_float<T>(beta_s[r] * y1);
-          }
-        }
-      }
-      for (int idx = tid; idx < kChunk * kTileV; idx += kThreads) {
-        int const r = idx / kTileV, col = idx % kTileV;
-        do_s[r * kLdV + col] *= c_q[r];
-      }
-    }
-    __syncthreads();
-    {  // dh ← exp(G_last) dh + qᵀ (c_q ⊙ do) + kᵀ (c_y ⊙ y): [K × 64], the warp's tiles in place
-      constexpr int kWarpsPerRow = kWarps / (K / 16), kNJ = 8 / kWarpsPerRow;
-      int const hm0 = 16 * (warp / kWarpsPerRow), hn0 = 8 * kNJ * (warp % kWarpsPerRow);
-      float const gamma = gamma_s[0];
-      float acc[1][kNJ][4];
-#pragma unroll
-      for (int jn = 0; jn < kNJ; ++jn) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          acc[0][jn][e] = gamma * dh_s[(hm0 + g + 8 * (e >> 1)) * kLdV + hn0 + 8 * jn + 2 * t4 + (e & 1)];
-        }
-      }
-      warp_mma<1, kNJ, kChunk, kIn, kMid>(
-          acc, hm0, hn0, 8, [&](int r, int kk) { return q_s[kk * kLdK + r]; },
-          [&](int kk, int col) { return do_s[kk * kLdV + col]; });
-      warp_mma<1, kNJ, kChunk, kIn, kMid>(
-          acc, hm0, hn0, 8, [&](int r, int kk) { return k_s[kk * kLdK + r]; },
-          [&](int kk, int col) { return y_s[kk * kLdV + col]; });
-#pragma unroll
-      for (int jn = 0; jn < kNJ; ++jn) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          dh_s[(hm0 + g + 8 * (e >> 1)) * kLdV + hn0 + 8 * jn + 2 * t4 + (e & 1)] = acc[0][jn][e];
-        }
-      }
-    }
-    __syncthreads();
   }
-  if (p.dinitial_state) store_tile(p.dinitial_state + state, V, dh_s, kLdV, K, kTileV);
+
+  // Chunk c into stage s: k, q rows, the block's do columns, the P and Ainv planes, the records (zeros past L).
+  auto issue = [&](int c, int s) {
+    unsigned char* base = gd_state_smem + s * Sm::kStage;
+    std::int64_t const t0 = p.chunks[c];
+    int const L = p.chunks[p.NC + c];
+    constexpr int kRowVecs = K / kVecN;
+    for (int idx = tid; idx < kChunk * kRowVecs; idx += kBThreads) {
+      int const r = idx / kRowVecs, cv = idx % kRowVecs;
+      bool const in = r < L;
+      std::int64_t const off = in ? ((t0 + r) * Hk + kh) * K + cv * kVecN : 0;
+      cp_async16(base + Sm::kKTile + sizeof(T) * (r * Sm::kLdK + cv * kVecN), k + off, in ? 16 : 0);
+      cp_async16(base + Sm::kQTile + sizeof(T) * (r * Sm::kLdK + cv * kVecN), q + off, in ? 16 : 0);
+    }
+    constexpr int kVVecs = kBV / kVecN;
+    for (int idx = tid; idx < kChunk * kVVecs; idx += kBThreads) {
+      int const r = idx / kVVecs, cv = idx % kVVecs;
+      bool const in = r < L;
+      std::int64_t const off = in ? ((t0 + r) * Hv + j) * V + v0 + cv * kVecN : 0;
+      cp_async16(base + Sm::kDoTile + sizeof(T) * (r * Sm::kLdV + cv * kVecN), dout + off, in ? 16 : 0);
+    }
+    constexpr int kPlaneVecs = kChunk / 8;  // 16-byte vectors per row of a plane
+    std::int64_t const planes0 = (std::int64_t(c) * Hv + j) * kPF * kChunk * kChunk;
+    for (int idx = tid; idx < kPF * kChunk * kPlaneVecs; idx += kBThreads) {
+      int const part = idx / (kChunk * kPlaneVecs), r = (idx / kPlaneVecs) % kChunk, cv = idx % kPlaneVecs;
+      std::size_t const dst = sizeof(__nv_bfloat16) * (part * kPlane + r * kLdSq + 8 * cv);
+      cp_async16(base + Sm::kPPlanes + dst, P_planes + planes0 + (part * kChunk + r) * kChunk + 8 * cv, 16);
+      bool const in = r < L;  // the forward writes the rows of Ainv's parts token by token, none past the chunk
+      std::int64_t const off = in ? (((t0 + r) * Hv + j) * kPF + part) * kChunk + 8 * cv : 0;
+      cp_async16(base + Sm::kAPlanes + dst, A_planes + off, in ? 16 : 0);
+    }
+    for (int idx = tid; idx < kChunk * (kBwdRecord / 4); idx += kBThreads) {
+      int const r = idx / (kBwdRecord / 4), cv = idx % (kBwdRecord / 4);
+      bool const in = r < L;
+      std::int64_t const off = in ? ((t0 + r) * Hv + j) * kBwdRecord + 4 * cv : 0;
+      cp_async16(base + Sm::kRec + sizeof(float) * (r * kBwdRecord + 4 * cv), rec + off, in ? 16 : 0);
+    }
+  };
+
+  if (c_end > c_first) issue(c_end - 1, 0);
+  cp_async_commit();
+  for (int c = c_end - 1, it = 0; c >= c_first; --c, ++it) {
+    int const s = Sm::kStages == 2 ? (it & 1) : 0;
+    cp_async_wait_all();
+    __syncthreads();  // stage s has landed for every thread; every read of the other stage (the chunk after) is done
+    if constexpr (Sm::kStages == 2) {
+      if (c > c_first) issue(c - 1, s ^ 1);
+      cp_async_commit();
+    }
+    unsigned char const* base = gd_state_smem + s * Sm::kStage;
+    T const* k_tile = reinterpret_cast<T const*>(base + Sm::kKTile);
+    T const* q_tile = reinterpret_cast<T const*>(base + Sm::kQTile);
+    T const* do_tile = reinterpret_cast<T const*>(base + Sm::kDoTile);
+    auto const* P_s = reinterpret_cast<__nv_bfloat16 const*>(base + Sm::kPPlanes);
+    auto const* A_s = reinterpret_cast<__nv_bfloat16 const*>(base + Sm::kAPlanes);
+    float const* rec_s = reinterpret_cast<float const*>(base + Sm::kRec);
+    std::int64_t const t0 = p.chunks[c];
+    int const L = p.chunks[p.NC + c];
+    auto const rec_at = [&](int i, int field) { return rec_s[i * kBwdRecord + field]; };
+
+    {  // dh_next of chunk c: the state gradient entering this step
+      std::int64_t const off = (std::int64_t(c) * Hv + j) * K * V + v0 + wc + g;
+#pragma unroll
+      for (int nt = 0; nt < kStateTiles; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          dh_out[off + std::int64_t(8 * nt + 2 * t + (e & 1)) * V + 8 * (e >> 1)] = dh[nt][e];
+        }
+      }
+    }
+
+    // dv_newᵀ = kBrSrk ⊙ (dhᵀ kᵀ) + doᵀ P over the chunk's tokens; token tiles past L stay zero.
+    float x[8][4] = {};
+#pragma unroll
+    for (int ks = 0; ks < K / 16; ++ks) {
+      std::uint32_t a[kPF][4];
+      a_from_acc<kPF>(dh[2 * ks], dh[2 * ks + 1], a);
+#pragma unroll
+      for (int np = 0; np < 4; ++np) {
+        if (16 * np < L) {
+          std::uint32_t b0[kPR][2], b1[kPR][2];
+          load_b_cols_x2<T, kPR>(k_tile, Sm::kLdK, 16 * np, 16 * ks, lane, b0, b1);
+          mma_split<kOrder>(x[2 * np], a, b0);
+          mma_split<kOrder>(x[2 * np + 1], a, b1);
+        }
+      }
+    }
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) x[nt][e] *= rec_at(8 * nt + 2 * t + (e & 1), kBrSrk);
+    }
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) {  // token blocks r of doᵀ; P[r][i] = 0 for i > r
+      if (16 * ks < L) {
+        float f[8];
+        load_a_trans_floats<T>(do_tile, Sm::kLdV, wc, 16 * ks, lane, f);
+        std::uint32_t a[kPR][4];
+        a_from_floats<kPR>(f, a);
+#pragma unroll
+        for (int np = 0; np <= ks; ++np) {
+          std::uint32_t b0[kPF][2], b1[kPF][2];
+          load_b_planes_rows_x2<kPF>(P_s, 16 * ks, 16 * np, lane, b0, b1);
+          mma_split<kOrder>(x[2 * np], a, b0);
+          mma_split<kOrder>(x[2 * np + 1], a, b1);
+        }
+      }
+    }
+
+    // yᵀ = dv_newᵀ Ainv (Ainv[r][i] = 0 for i > r); y out, dv = β ⊙ y.
+    float y[8][4] = {};
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) {
+      if (16 * ks < L) {
+        std::uint32_t a[kPF][4];
+        a_from_acc<kPF>(x[2 * ks], x[2 * ks + 1], a);
+#pragma unroll
+        for (int np = 0; np <= ks; ++np) {
+          std::uint32_t b0[kPF][2], b1[kPF][2];
+          load_b_planes_rows_x2<kPF>(A_s, 16 * ks, 16 * np, lane, b0, b1);
+          mma_split<kOrder>(y[2 * np], a, b0);
+          mma_split<kOrder>(y[2 * np + 1], a, b1);
+        }
+      }
+    }
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        int const i = 8 * nt + 2 * t + (e & 1);
+        if (i < L) {
+          std::int64_t const o = ((t0 + i) * Hv + j) * V + v0 + wc + g + 8 * (e >> 1);
+          y_out[o] = y[nt][e];
+          dv[o] = from_float<T>(rec_at(i, kBrBeta) * y[nt][e]);
+        }
+        y[nt][e] *= rec_at(i, kBrCy);
+      }
+    }
+
+    // dhᵀ ← e^{G_last} dhᵀ + (kBrCq ⊙ do)ᵀ q + (kBrCy ⊙ y)ᵀ k.
+    float const gamma = rec_at(0, kBrGamma);
+#pragma unroll
+    for (int nt = 0; nt < kStateTiles; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dh[nt][e] *= gamma;
+    }
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) {
+      if (16 * ks < L) {
+        float f[8];
+        load_a_trans_floats<T>(do_tile, Sm::kLdV, wc, 16 * ks, lane, f);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) f[e] *= rec_at(16 * ks + 8 * (e >> 2) + 2 * t + (e & 1), kBrCq);
+        std::uint32_t aq[kPF][4], ay[kPF][4];
+        a_from_floats<kPF>(f, aq);
+        a_from_acc<kPF>(y[2 * ks], y[2 * ks + 1], ay);
+#pragma unroll
+        for (int np = 0; np < K / 16; ++np) {
+          std::uint32_t b0[kPR][2], b1[kPR][2];
+          load_b_rows_x2<T, kPR>(q_tile, Sm::kLdK, 16 * ks, 16 * np, lane, b0, b1);
+          mma_split<kOrder>(dh[2 * np], aq, b0);
+          mma_split<kOrder>(dh[2 * np + 1], aq, b1);
+          load_b_rows_x2<T, kPR>(k_tile, Sm::kLdK, 16 * ks, 16 * np, lane, b0, b1);
+          mma_split<kOrder>(dh[2 * np], ay, b0);
+          mma_split<kOrder>(dh[2 * np + 1], ay, b1);
+        }
+      }
+    }
+    if constexpr (Sm::kStages == 1) {
+      __syncthreads();  // every warp is done with the stage
+      if (c > c_first) issue(c - 1, 0);
+      cp_async_commit();
+    }
+  }
+
+  if (p.dinitial_state != nullptr) {
+#pragma unroll
+    for (int nt = 0; nt < kStateTiles; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        int const d = 8 * nt + 2 * t + (e & 1), vr = 8 * (e >> 1);
+        p.dinitial_state[state_off + std::int64_t(d) * V + vr] = dh[nt][e];
+      }
+    }
+  }
 }
 
 // Everything else of chunk c for the value heads j of key head kh, in head order, from dP = do v_newᵀ and
@@ -595,9 +727,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 // dx = rstd (dx̂ − x̂ (x̂·dx̂)), x̂ = rstd·x.
 template <typename T, int K, int V>
 __global__ void __launch_bounds__(kThreads, 1)
-    gated_delta_bwd_chunk(GatedDeltaBwdParams p, float const* P_in, float const* A_in, float const* dh_in,
+    gated_delta_bwd_chunk(GatedDeltaBwdParams p, __nv_bfloat16 const* P_planes, float const* A_in, float const* dh_in,
                           float const* y_in) {
   using S = ChunkSmem<K, V>;
+  constexpr int kPF = SplitPolicy<T>::kOrder + 1;
   constexpr int kLdK = S::kLdK, kLdV = S::kLdV, kLdL = S::kLdL;
   constexpr int kIn = Split<T>::kIn, kMid = Split<T>::kMid;
   constexpr int kNJ = K / 16;  // dq̂/dk̂ column tiles per warp
@@ -683,7 +816,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       warp_mma<1, 4, V, kMid, kMid>(
           d2, m0, n0, 8, [&](int r, int kk) { return y_s[r * kLdV + kk]; },
           [&](int kk, int col) { return vn_s[col * kLdV + kk]; });
-      float const* P_c = P_in + (std::int64_t(c) * p.Hv + j) * kChunk * kChunk;
+      __nv_bfloat16 const* P_c = P_planes + (std::int64_t(c) * p.Hv + j) * kPF * kChunk * kChunk;
       float const* A_c = A_in + (std::int64_t(c) * p.Hv + j) * kChunk * kChunk;
       double row_e[2] = {0.0, 0.0}, row_f[2] = {0.0, 0.0}, col_e[4][2];
 #pragma unroll
@@ -692,7 +825,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           int const i = m0 + g + 8 * (e >> 1), col = n0 + 8 * jn + 2 * t4 + (e & 1);
-          float const P_ij = P_c[i * kChunk + col], A_ij = A_c[i * kChunk + col];
+          float P_ij = 0.0f;
+#pragma unroll
+          for (int part = 0; part < kPF; ++part) P_ij += __bfloat162float(P_c[(part * kChunk + i) * kChunk + col]);
+          float const A_ij = A_c[i * kChunk + col];
           float const decay = col <= i && i < len ? expf(float(G[i] - G[col])) : 0.0f;
           float const dA = col < i ? -d2[0][jn][e] : 0.0f;
           M1[i * kLdL + col] = d1[0][jn][e] * decay;

@@ -103,9 +103,11 @@ void check_shapes(GatedDeltaFwdParams const& p) {
 
 // Workspace: the token records [T, Hv, kRecord] fp32, then (I + A)^-1 as bf16 parts [T, Hv, parts, 64] (parts = 2
 // for bf16/fp16 runs, 3 for fp32 runs: the recurrence's tensor-core operand); each part starts on a 256-byte boundary.
-// With p.save the fp32 inverse also goes to p.Ainv for the backward.
+// With p.save the parts go to p.Ainv instead, which the backward reads.
 int ainv_parts(DType dtype) {
-  return FUSEPACK_DTYPE_SWITCH(dtype, T, [&] { return SplitPolicy<T>::kOrder + 1; });
+  int const parts = FUSEPACK_DTYPE_SWITCH(dtype, T, [&] { return SplitPolicy<T>::kOrder + 1; });
+  if (parts != gated_delta_ainv_parts(dtype)) throw std::logic_error("gated_delta: Ainv parts disagree with the header");
+  return parts;
 }
 std::size_t record_bytes(GatedDeltaFwdParams const& p) {
   return align256(sizeof(float) * static_cast<std::size_t>(p.T) * p.Hv * kRecord);
@@ -272,7 +274,8 @@ void run_gated_delta_fwd(GatedDeltaFwdParams const& p, void* workspace, cudaStre
   check_pointers(p, workspace);
   if (p.N == 0 || (p.T == 0 && p.final_state == nullptr)) return;
   auto* rec = static_cast<float*>(workspace);
-  auto* ainv = reinterpret_cast<__nv_bfloat16*>(static_cast<unsigned char*>(workspace) + record_bytes(p));
+  auto* ainv = p.save ? reinterpret_cast<__nv_bfloat16*>(p.Ainv)
+                      : reinterpret_cast<__nv_bfloat16*>(static_cast<unsigned char*>(workspace) + record_bytes(p));
   FUSEPACK_DTYPE_SWITCH(p.dtype, T, [&] {
     FUSEPACK_GATED_DELTA_K_SWITCH(p.K, kK, [&] {
       if (p.NC > 0) launch_wy_inverse<T, kK>(p, rec, ainv, stream);

@@ -239,14 +239,15 @@ struct GatedDeltaFunction : torch::autograd::Function<GatedDeltaFunction> {
       q_rstd = at::empty({T, Hk}, f32);
       k_rstd = at::empty({T, Hk}, f32);
       gcum = at::empty({T, Hv}, f32);
-      Ainv = at::empty({T, Hv, kGatedDeltaChunk}, f32);
+      Ainv = at::empty({T, Hv, gated_delta_ainv_parts(p.dtype), kGatedDeltaChunk},
+                       q.options().dtype(at::kBFloat16));  // bf16 parts of the inverse
       h = at::empty({NC, Hv, K, V}, f32);
       v_new = at::empty({T, Hv, V}, f32);
       p.save = true;
       p.q_rstd = q_rstd.data_ptr<float>();
       p.k_rstd = k_rstd.data_ptr<float>();
       p.gcum = gcum.data_ptr<float>();
-      p.Ainv = Ainv.data_ptr<float>();
+      p.Ainv = static_cast<std::uint16_t*>(Ainv.data_ptr());
       p.h = h.data_ptr<float>();
       p.v_new = v_new.data_ptr<float>();
     }
@@ -292,7 +293,7 @@ struct GatedDeltaFunction : torch::autograd::Function<GatedDeltaFunction> {
     p.q_rstd = saved[8].data_ptr<float>();
     p.k_rstd = saved[9].data_ptr<float>();
     p.gcum = saved[10].data_ptr<float>();
-    p.Ainv = saved[11].data_ptr<float>();
+    p.Ainv = static_cast<std::uint16_t*>(saved[11].data_ptr());
     p.h = saved[12].data_ptr<float>();
     p.v_new = saved[13].data_ptr<float>();
     p.dout = dout.data_ptr();

@@ -1,0 +1,382 @@
+// The warp-level tile products both passes of the gated delta rule run on: mma.sync m16n8k16 bf16 with fp32
+// accumulation, ldmatrix fragment loads, cp.async copies, and the split-bf16 scheme that keeps fp32-level accuracy
+// on bf16 tensor cores (SplitPolicy). Fragment and accumulator layouts are the PTX ISA's ("Matrix Fragments for
+// mma.m16n8k16", .bf16).
+#pragma once
+
+#include "kernels/gated_delta/gated_delta.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+namespace fusepack::gated_delta_mma {
+
+static_assert(kGatedDeltaChunk == 64, "the kernels tile a chunk as 4 × 16 rows and 8 × 8 columns");
+// Row stride of fp32 [64, 64] tiles and of bf16 [64, 64] planes (ldmatrix rows 144 bytes apart: 8 rows on 8
+// distinct bank quads).
+constexpr int kLdSq = kGatedDeltaChunk + 8;
+constexpr int kPlane = kGatedDeltaChunk * kLdSq;  // elements of one bf16 plane
+constexpr int kLdPad = 8;  // elements padding each row of a q / k / v tile (16 bytes at 16 bits)
+
+constexpr std::size_t align16(std::size_t x) { return (x + 15) / 16 * 16; }
+
+// ---------------------------------------------------------------------------------------------------------------
+// Warp-level primitives (mma.sync, ldmatrix, cp.async).
+
+// d += a · b, one m16n8k16 bf16 tile product with fp32 accumulation. Fragment layouts (g = lane / 4, t = lane % 4):
+// a[0] = A[g][2t..2t+1], a[1] = A[g+8][2t..], a[2] = A[g][2t+8..], a[3] = A[g+8][2t+8..];
+// b[0] = B[2t..2t+1][g], b[1] = B[2t+8..2t+9][g]; d[0..1] = D[g][2t..2t+1], d[2..3] = D[g+8][2t..2t+1].
+__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], std::uint32_t const (&a)[4],
+                                               std::uint32_t const (&b)[2]) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// Four 8×8 16-bit matrices: lanes 8m..8m+7 give the row addresses of matrix m; r[m] receives
+// {M_m[g][2t], M_m[g][2t+1]}.
+__device__ __forceinline__ void ldmatrix_x4(std::uint32_t (&r)[4], void const* row) {
+  auto const addr = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+
+// Four 8×8 16-bit matrices, transposed: lanes 8m..8m+7 give the row addresses of matrix m; r[m] receives
+// {M_m[2t][g], M_m[2t+1][g]}.
+__device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t (&r)[4], void const* row) {
+  auto const addr = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+
+// 16 bytes global → shared, bypassing L1; src_bytes = 0 writes zeros (rows past a chunk's end).
+__device__ __forceinline__ void cp_async16(void* smem, void const* gmem, int src_bytes) {
+  auto const addr = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(addr), "l"(gmem), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+
+// ---------------------------------------------------------------------------------------------------------------
+// Split-bf16 tile products. An fp32 operand is split into P bf16 parts (x = hi + lo [+ lo2], each the bf16 rounding
+// of what the previous parts left), and a product sums the part products a_i·b_j with i + j <= kOrder, accumulated
+// in fp32 by the tensor cores. kOrder = 1 (bf16 and fp16 inputs): relative error ~2^-16 per product, far below the
+// output's rounding step (2^-9 / 2^-12). kOrder = 2 (fp32 inputs): ~2^-24, the accuracy of fp32 arithmetic. Raw
+// inputs need no split in bf16; fp16 values are exact as two bf16 parts, fp32 values as three.
+template <typename T>
+struct SplitPolicy;
+template <>
+struct SplitPolicy<__nv_bfloat16> {
+  static constexpr int kOrder = 1, kRawParts = 1;
+};
+template <>
+struct SplitPolicy<__half> {
+  static constexpr int kOrder = 1, kRawParts = 2;
+};
+template <>
+struct SplitPolicy<float> {
+  static constexpr int kOrder = 2, kRawParts = 3;
+};
+
+__device__ __forceinline__ std::uint32_t bf16x2_bits(__nv_bfloat162 v) {
+  std::uint32_t u;
+  memcpy(&u, &v, sizeof(u));
+  return u;
+}
+
+// (x, y) → P bf16x2 words, x in the low half; x = Σ_p low(w[p]) up to the last part's rounding.
+template <int P>
+__device__ __forceinline__ void split_pair(float x, float y, std::uint32_t (&w)[P]) {
+#pragma unroll
+  for (int i = 0; i < P; ++i) {
+    __nv_bfloat162 const b = __floats2bfloat162_rn(x, y);
+    w[i] = bf16x2_bits(b);
+    if (i + 1 < P) {
+      x -= __low2float(b);
+      y -= __high2float(b);
+    }
+  }
+}
+
+// x → P bf16 parts, leading bits first.
+template <int P>
+__device__ __forceinline__ void split_one(float x, __nv_bfloat16 (&w)[P]) {
+#pragma unroll
+  for (int i = 0; i < P; ++i) {
+    w[i] = __float2bfloat16_rn(x);
+    if (i + 1 < P) x -= __bfloat162float(w[i]);
+  }
+}
+
+// e^x: expf for fp32 runs; __expf (ex2.approx, ~2^-21 relative at the |x| <= ~50 that matter) for bf16/fp16 runs,
+// whose outputs round at 2^-9 / 2^-12.
+template <typename T>
+__device__ __forceinline__ float policy_exp(float x) {
+  if constexpr (std::is_same_v<T, float>) {
+    return expf(x);
+  } else {
+    return __expf(x);
+  }
+}
+
+// Two consecutive elements of a shared-memory tile as P bf16x2 parts.
+template <typename E, int P>
+__device__ __forceinline__ void load_pair(E const* p, std::uint32_t (&w)[P]) {
+  if constexpr (std::is_same_v<E, __nv_bfloat16>) {
+    static_assert(P == 1, "bf16 values are one bf16 part");
+    w[0] = *reinterpret_cast<std::uint32_t const*>(p);
+  } else if constexpr (std::is_same_v<E, __half>) {
+    float2 const f = __half22float2(*reinterpret_cast<__half2 const*>(p));
+    split_pair<P>(f.x, f.y, w);
+  } else {
+    float2 const f = *reinterpret_cast<float2 const*>(p);
+    split_pair<P>(f.x, f.y, w);
+  }
+}
+
+// A 16-bit pair that ldmatrix delivered (elements of type E) as P bf16x2 parts.
+template <typename E, int P>
+__device__ __forceinline__ void parts_of_word(std::uint32_t u, std::uint32_t (&w)[P]) {
+  if constexpr (std::is_same_v<E, __nv_bfloat16>) {
+    static_assert(P == 1, "bf16 values are one bf16 part");
+    w[0] = u;
+  } else {
+    static_assert(std::is_same_v<E, __half>, "ldmatrix carries 16-bit elements");
+    __half2 h;
+    memcpy(&h, &u, sizeof(u));
+    float2 const f = __half22float2(h);
+    split_pair<P>(f.x, f.y, w);
+  }
+}
+
+// A fragment (rows m0..m0+15, columns k0..k0+15) of a row-major tile with row stride ld.
+template <typename E, int P>
+__device__ __forceinline__ void load_a_rows(E const* tile, int ld, int m0, int k0, int lane,
+                                            std::uint32_t (&a)[P][4]) {
+  std::uint32_t w[4][P];
+  if constexpr (sizeof(E) == 2) {
+    int const m = lane >> 3, r = lane & 7;
+    std::uint32_t q[4];
+    ldmatrix_x4(q, tile + (m0 + r + 8 * (m & 1)) * ld + k0 + 8 * (m >> 1));
+#pragma unroll
+    for (int j = 0; j < 4; ++j) parts_of_word<E, P>(q[j], w[j]);
+  } else {
+    int const g = lane >> 2, t = lane & 3;
+    E const* r0 = tile + (m0 + g) * ld + k0 + 2 * t;
+    E const* r1 = r0 + 8 * ld;
+    load_pair<E, P>(r0, w[0]);
+    load_pair<E, P>(r1, w[1]);
+    load_pair<E, P>(r0 + 8, w[2]);
+    load_pair<E, P>(r1 + 8, w[3]);
+  }
+#pragma unroll
+  for (int i = 0; i < P; ++i) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) a[i][r] = w[r][i];
+  }
+}
+
+// B fragment (k rows k0..k0+15, n columns n0..n0+7) of B[k][n] = tile[n][k] (the tile stores B's columns as rows).
+template <typename E, int P>
+__device__ __forceinline__ void load_b_cols(E const* tile, int ld, int n0, int k0, int lane,
+                                            std::uint32_t (&b)[P][2]) {
+  int const g = lane >> 2, t = lane & 3;
+  E const* r = tile + (n0 + g) * ld + k0 + 2 * t;
+  std::uint32_t w[2][P];
+  load_pair<E, P>(r, w[0]);
+  load_pair<E, P>(r + 8, w[1]);
+#pragma unroll
+  for (int i = 0; i < P; ++i) {
+    b[i][0] = w[0][i];
+    b[i][1] = w[1][i];
+  }
+}
+
+// B fragments of two neighbouring n tiles (n0..n0+7 into b0, n0+8..n0+15 into b1; k rows k0..k0+15) of
+// B[k][n] = tile[n][k]: one ldmatrix for 16-bit elements.
+template <typename E, int P>
+__device__ __forceinline__ void load_b_cols_x2(E const* tile, int ld, int n0, int k0, int lane,
+                                               std::uint32_t (&b0)[P][2], std::uint32_t (&b1)[P][2]) {
+  if constexpr (sizeof(E) == 2) {
+    int const m = lane >> 3, r = lane & 7;
+    std::uint32_t q[4];
+    ldmatrix_x4(q, tile + (n0 + r + 8 * (m >> 1)) * ld + k0 + 8 * (m & 1));
+    std::uint32_t w[4][P];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) parts_of_word<E, P>(q[j], w[j]);
+#pragma unroll
+    for (int i = 0; i < P; ++i) {
+      b0[i][0] = w[0][i];
+      b0[i][1] = w[1][i];
+      b1[i][0] = w[2][i];
+      b1[i][1] = w[3][i];
+    }
+  } else {
+    load_b_cols<E, P>(tile, ld, n0, k0, lane, b0);
+    load_b_cols<E, P>(tile, ld, n0 + 8, k0, lane, b1);
+  }
+}
+
+// The same from a matrix stored as P bf16 planes ([P][64][kLdSq], plane i holding part i of M[n][k] = B[k][n]).
+template <int P>
+__device__ __forceinline__ void load_b_planes_x2(__nv_bfloat16 const* planes, int n0, int k0, int lane,
+                                                 std::uint32_t (&b0)[P][2], std::uint32_t (&b1)[P][2]) {
+  int const m = lane >> 3, r = lane & 7;
+#pragma unroll
+  for (int i = 0; i < P; ++i) {
+    std::uint32_t q[4];
+    ldmatrix_x4(q, planes + i * kPlane + (n0 + r + 8 * (m >> 1)) * kLdSq + k0 + 8 * (m & 1));
+    b0[i][0] = q[0];
+    b0[i][1] = q[1];
+    b1[i][0] = q[2];
+    b1[i][1] = q[3];
+  }
+}
+
+// B fragments of two neighbouring n tiles (n0..n0+7 into b0, n0+8..n0+15 into b1; k rows k0..k0+15) of
+// B[k][n] = tile[k][n] (row-major B): ldmatrix.trans for 16-bit elements, element loads for fp32.
+template <typename E, int P>
+__device__ __forceinline__ void load_b_rows_x2(E const* tile, int ld, int k0, int n0, int lane,
+                                               std::uint32_t (&b0)[P][2], std::uint32_t (&b1)[P][2]) {
+  if constexpr (sizeof(E) == 2) {
+    int const m = lane >> 3, r = lane & 7;
+    std::uint32_t q[4];
+    ldmatrix_x4_trans(q, tile + (k0 + r + 8 * (m & 1)) * ld + n0 + 8 * (m >> 1));
+    std::uint32_t w[4][P];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) parts_of_word<E, P>(q[j], w[j]);
+#pragma unroll
+    for (int i = 0; i < P; ++i) {
+      b0[i][0] = w[0][i];
+      b0[i][1] = w[1][i];
+      b1[i][0] = w[2][i];
+      b1[i][1] = w[3][i];
+    }
+  } else {
+    int const g = lane >> 2, t = lane & 3;
+    E const* c = tile + (k0 + 2 * t) * ld + n0 + g;
+    std::uint32_t w[4][P];
+    split_pair<P>(c[0], c[ld], w[0]);
+    split_pair<P>(c[8 * ld], c[9 * ld], w[1]);
+    split_pair<P>(c[8], c[ld + 8], w[2]);
+    split_pair<P>(c[8 * ld + 8], c[9 * ld + 8], w[3]);
+#pragma unroll
+    for (int i = 0; i < P; ++i) {
+      b0[i][0] = w[0][i];
+      b0[i][1] = w[1][i];
+      b1[i][0] = w[2][i];
+      b1[i][1] = w[3][i];
+    }
+  }
+}
+
+// An A fragment from its eight fp32 values, split into P bf16 parts: x[2r], x[2r + 1] are the two elements of
+// fragment register r (A[g][2t..], A[g+8][2t..], A[g][2t+8..], A[g+8][2t+8..]).
+template <int P>
+__device__ __forceinline__ void a_from_floats(float const (&x)[8], std::uint32_t (&a)[P][4]) {
+  std::uint32_t w[4][P];
+#pragma unroll
+  for (int r = 0; r < 4; ++r) split_pair<P>(x[2 * r], x[2 * r + 1], w[r]);
+#pragma unroll
+  for (int i = 0; i < P; ++i) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) a[i][r] = w[r][i];
+  }
+}
+
+// The A fragment (16 rows, k columns 16s..16s+15) of a matrix a warp holds as fp32 accumulators: the accumulator
+// tiles of columns 16s..16s+7 (c0) and 16s+8..16s+15 (c1) are exactly an A fragment's halves.
+template <int P>
+__device__ __forceinline__ void a_from_acc(float const (&c0)[4], float const (&c1)[4], std::uint32_t (&a)[P][4]) {
+  float const x[8] = {c0[0], c0[1], c0[2], c0[3], c1[0], c1[1], c1[2], c1[3]};
+  a_from_floats<P>(x, a);
+}
+
+// The A fragment (rows m0..m0+15, k columns k0..k0+15) of A[m][k] = tile[k][m] (a row-major tile read transposed),
+// as the fp32 values a_from_floats takes: ldmatrix.trans for 16-bit elements, element loads for fp32.
+template <typename E>
+__device__ __forceinline__ void load_a_trans_floats(E const* tile, int ld, int m0, int k0, int lane, float (&x)[8]) {
+  if constexpr (sizeof(E) == 2) {
+    int const m = lane >> 3, r = lane & 7;
+    std::uint32_t q[4];
+    ldmatrix_x4_trans(q, tile + (k0 + r + 8 * (m >> 1)) * ld + m0 + 8 * (m & 1));
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      float2 f;
+      if constexpr (std::is_same_v<E, __nv_bfloat16>) {
+        __nv_bfloat162 h;
+        memcpy(&h, &q[j], sizeof(h));
+        f = __bfloat1622float2(h);
+      } else {
+        __half2 h;
+        memcpy(&h, &q[j], sizeof(h));
+        f = __half22float2(h);
+      }
+      x[2 * j] = f.x;
+      x[2 * j + 1] = f.y;
+    }
+  } else {
+    int const g = lane >> 2, t = lane & 3;
+    E const* c = tile + (k0 + 2 * t) * ld + m0 + g;
+    x[0] = c[0];
+    x[1] = c[ld];
+    x[2] = c[8];
+    x[3] = c[ld + 8];
+    x[4] = c[8 * ld];
+    x[5] = c[9 * ld];
+    x[6] = c[8 * ld + 8];
+    x[7] = c[9 * ld + 8];
+  }
+}
+
+// B fragments of two neighbouring n tiles (n0..n0+7 into b0, n0+8..n0+15 into b1; k rows k0..k0+15) of
+// B[k][n] = M[k][n], M stored as P bf16 planes ([P][64][kLdSq], plane i holding part i of M, row-major).
+template <int P>
+__device__ __forceinline__ void load_b_planes_rows_x2(__nv_bfloat16 const* planes, int k0, int n0, int lane,
+                                                      std::uint32_t (&b0)[P][2], std::uint32_t (&b1)[P][2]) {
+  int const m = lane >> 3, r = lane & 7;
+#pragma unroll
+  for (int i = 0; i < P; ++i) {
+    std::uint32_t q[4];
+    ldmatrix_x4_trans(q, planes + i * kPlane + (k0 + r + 8 * (m & 1)) * kLdSq + n0 + 8 * (m >> 1));
+    b0[i][0] = q[0];
+    b0[i][1] = q[1];
+    b1[i][0] = q[2];
+    b1[i][1] = q[3];
+  }
+}
+
+// d += a · b over the part products a_i · b_j with i + j <= kOrder, smallest first. For fp32-level accuracy
+// (kOrder = 2) the parts are summed into a fresh accumulator and that is added to d by an IEEE fp32 addition: tensor
+// cores accumulate fp32 by truncation (terms aligned to the largest, lower bits dropped; Fasi et al. 2021 for earlier
+// generations), which, accumulated over the K/16 steps of a product, came to ~3× the error of plain fp32 arithmetic
+// in an emulation of that truncation, and to ≤ 1.4× with the fresh accumulator.
+template <int kOrder, int PA, int PB>
+__device__ __forceinline__ void mma_split(float (&d)[4], std::uint32_t const (&a)[PA][4],
+                                          std::uint32_t const (&b)[PB][2]) {
+  float step[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  float(&acc)[4] = kOrder >= 2 ? step : d;
+#pragma unroll
+  for (int s = kOrder; s >= 0; --s) {
+#pragma unroll
+    for (int i = 0; i < PA; ++i) {
+      if (s - i >= 0 && s - i < PB) mma_bf16_16816(acc, a[i], b[s - i]);
+    }
+  }
+  if constexpr (kOrder >= 2) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) d[e] += step[e];
+  }
+}
+
+}  // namespace fusepack::gated_delta_mma
