@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 // K = V ∈ {64, 128}: one place for the head sizes the backward is compiled for.
 #define FUSEPACK_GATED_DELTA_BWD_DIM_SWITCH(dim, NAME, ...)                                                     \
@@ -78,7 +79,8 @@ void allow_smem(Kernel kernel, std::size_t bytes) {  // per call: the attribute 
 // An H100/H200 block may have 227 KB of shared memory; the recurrence and the per-chunk kernel run one block per SM.
 constexpr std::size_t kMaxBlockSmem = 227 * 1024;
 static_assert(StateSmem<float, 128, 8>::kBytes <= kMaxBlockSmem &&
-              StateSmem<__nv_bfloat16, 128, 8>::kBytes <= kMaxBlockSmem && chunk_smem_bytes<128, 128>() <= kMaxBlockSmem);
+              StateSmem<__nv_bfloat16, 128, 8>::kBytes <= kMaxBlockSmem && chunk_smem_bytes<128, 128>() <= kMaxBlockSmem &&
+              ChunkMmaSmem<__half, 128, 128>::kBytes <= kMaxBlockSmem);
 
 template <typename T, int K, int kBWarps>
 void launch_state(GatedDeltaBwdParams const& p, __nv_bfloat16 const* P_planes, float const* rec, float* dh, float* y,
@@ -129,11 +131,17 @@ void launch(GatedDeltaBwdParams const& p, cudaStream_t stream) {
   if (p.NC > 0 || p.dinitial_state) {  // without chunks it only passes dfinal_state through to dinitial_state
     launch_state_for<T, K, V>(p, P_planes, rec, dh, y, stream);
   }
-  if (p.NC > 0) {
-    auto const kernel = gated_delta_bwd_chunk<T, K, V>;
-    allow_smem(kernel, chunk_smem_bytes<K, V>());
+  if (p.NC > 0) {  // fp32 runs: fp64-FMA products on fp32 tiles; 16-bit runs: split-bf16 products on bf16 planes
     unsigned const blocks = static_cast<unsigned>(std::int64_t(p.NC) * p.Hk);
-    kernel<<<blocks, kThreads, chunk_smem_bytes<K, V>(), stream>>>(p, P_planes, A, dh, y);
+    if constexpr (std::is_same_v<T, float>) {
+      auto const kernel = gated_delta_bwd_chunk<T, K, V>;
+      allow_smem(kernel, chunk_smem_bytes<K, V>());
+      kernel<<<blocks, kThreads, chunk_smem_bytes<K, V>(), stream>>>(p, P_planes, A, dh, y);
+    } else {
+      auto const kernel = gated_delta_bwd_chunk_mma<T, K, V>;
+      allow_smem(kernel, ChunkMmaSmem<T, K, V>::kBytes);
+      kernel<<<blocks, kThreads, ChunkMmaSmem<T, K, V>::kBytes, stream>>>(p, P_planes, A, dh, y);
+    }
     FUSEPACK_CUDA_CHECK_LAUNCH();
   }
 }

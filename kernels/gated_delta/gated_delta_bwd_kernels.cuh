@@ -632,7 +632,7 @@ __global__ void __launch_bounds__(kBWarps * 32, 1)
 #pragma unroll
         for (int np = 0; np <= ks; ++np) {
           std::uint32_t b0[kPF][2], b1[kPF][2];
-          load_b_planes_rows_x2<kPF>(P_s, 16 * ks, 16 * np, lane, b0, b1);
+          load_b_planes_rows_x2<kPF>(P_s, kPlane, kLdSq, 16 * ks, 16 * np, lane, b0, b1);
           mma_split<kOrder>(x[2 * np], a, b0);
           mma_split<kOrder>(x[2 * np + 1], a, b1);
         }
@@ -649,7 +649,7 @@ __global__ void __launch_bounds__(kBWarps * 32, 1)
 #pragma unroll
         for (int np = 0; np <= ks; ++np) {
           std::uint32_t b0[kPF][2], b1[kPF][2];
-          load_b_planes_rows_x2<kPF>(A_s, 16 * ks, 16 * np, lane, b0, b1);
+          load_b_planes_rows_x2<kPF>(A_s, kPlane, kLdSq, 16 * ks, 16 * np, lane, b0, b1);
           mma_split<kOrder>(y[2 * np], a, b0);
           mma_split<kOrder>(y[2 * np + 1], a, b1);
         }
@@ -712,6 +712,101 @@ __global__ void __launch_bounds__(kBWarps * 32, 1)
       for (int e = 0; e < 4; ++e) {
         int const d = 8 * nt + 2 * t + (e & 1), vr = 8 * (e >> 1);
         p.dinitial_state[state_off + std::int64_t(d) * V + vr] = dh[nt][e];
+      }
+    }
+  }
+}
+
+// The end of a value head's step in the per-chunk kernels, from the per-row partial sums in shared memory (fp64):
+// dG_i = rows − columns of (dP ⊙ P + dA ⊙ A) + the state terms (+ the e^{G_last} terms at the last row), dβ out, then
+// dg, the reverse cumulative sum of dG in the chunk. The whole block takes part; ends with a barrier (the next head
+// overwrites the sums).
+template <typename T>
+__device__ __forceinline__ void chunk_dg_dbeta(GatedDeltaBwdParams const& p, int start, int len, int j,
+                                               double const* rowE, double const* rowF, double const* colE,
+                                               double const* rowS, double const* rowB, double* dG_s,
+                                               double const* last_s, double const* hd_s, float const* Gam,
+                                               float const* vy) {
+  int const tid = threadIdx.x;
+  if (tid < kChunk) {
+    double dG = rowE[tid] + rowE[kChunk + tid] -
+                (colE[tid] + colE[kChunk + tid] + colE[2 * kChunk + tid] + colE[3 * kChunk + tid]) + rowS[tid] +
+                rowS[kChunk + tid];
+    if (tid == len - 1) {  // exp(G_last) scales h_next's first term, and the to-the-end decays of every k̂
+      double l = 0.0, hh = 0.0;
+      for (int w = 0; w < kWarps; ++w) {
+        l += last_s[w];
+        hh += hd_s[w];
+      }
+      dG += l + Gam[tid] * hh;
+    }
+    dG_s[tid] = dG;
+    if (tid < len) {
+      double const db = rowF[tid] + rowF[kChunk + tid] + rowB[tid] + rowB[kChunk + tid] + vy[tid];
+      static_cast<T*>(p.dbeta)[(std::int64_t(start) + tid) * p.Hv + j] = from_float<T>(float(db));
+    }
+  }
+  __syncthreads();
+  if (tid < len) {
+    double acc = 0.0;
+    for (int i = len - 1; i >= tid; --i) acc += dG_s[i];
+    p.dg[(std::int64_t(start) + tid) * p.Hv + j] = float(acc);
+  }
+  __syncthreads();
+}
+
+// dq = rstd_q (scale·dq̂ − x̂ (x̂·scale·dq̂)) with x̂ = rstd_q q; dk likewise without the scale: the warp's accumulator
+// tiles dq[nt], dk[nt] hold rows m0.. and columns col_of(nt)..; x_hat(i, col) gives {x̂_q, x̂_k} there. The row dots:
+// each warp's columns, then the two warps of the row (half = 0, 1) in order.
+template <typename T, int K, int kNT, class ColOf, class XHat>
+__device__ __forceinline__ void chunk_dq_dk(GatedDeltaBwdParams const& p, int start, int len, int kh, int m0, int half,
+                                            ColOf const& col_of, float (&dq)[kNT][4], float (&dk)[kNT][4],
+                                            XHat const& x_hat, float const* rq, float const* rk, float* dot_s) {
+  int const lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+  float const scale = p.scale;
+  float dot_q[2] = {0.0f, 0.0f}, dot_k[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      int const i = m0 + g + 8 * (e >> 1), col = col_of(nt) + 2 * t4 + (e & 1);
+      float2 const x = x_hat(i, col);
+      dq[nt][e] *= scale;
+      dot_q[e >> 1] += x.x * dq[nt][e];
+      dot_k[e >> 1] += x.y * dk[nt][e];
+    }
+  }
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    float const dq_row = sum_over_quad(dot_q[hf]), dk_row = sum_over_quad(dot_k[hf]);
+    if (t4 == 0) {
+      dot_s[half * kChunk + m0 + g + 8 * hf] = dq_row;
+      dot_s[(2 + half) * kChunk + m0 + g + 8 * hf] = dk_row;
+    }
+  }
+  __syncthreads();
+  auto* dq_out = static_cast<T*>(p.dq);
+  auto* dk_out = static_cast<T*>(p.dk);
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    int const i = m0 + g + 8 * hf;
+    if (i >= len) continue;
+    float const r_q = rq[i], r_k = rk[i];
+    float const dot_qi = dot_s[i] + dot_s[kChunk + i], dot_ki = dot_s[2 * kChunk + i] + dot_s[3 * kChunk + i];
+    std::int64_t const row = (std::int64_t(start + i) * p.Hk + kh) * K;
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+      for (int b = 0; b < 2; ++b) {
+        int const col = col_of(nt) + 2 * t4 + b;
+        float x = dq[nt][2 * hf + b], y = dk[nt][2 * hf + b];
+        if (p.use_qk_l2norm) {
+          float2 const xh = x_hat(i, col);
+          x = r_q * (x - xh.x * dot_qi);
+          y = r_k * (y - xh.y * dot_ki);
+        }
+        dq_out[row + col] = from_float<T>(x);
+        dk_out[row + col] = from_float<T>(y);
       }
     }
   }
@@ -934,80 +1029,370 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     __syncthreads();
 
-    if (tid < kChunk) {
-      double dG = rowE[tid] + rowE[kChunk + tid] -
-                  (colE[tid] + colE[kChunk + tid] + colE[2 * kChunk + tid] + colE[3 * kChunk + tid]) + rowS[tid] +
-                  rowS[kChunk + tid];
-      if (tid == len - 1) {  // exp(G_last) scales h_next's first term, and the to-the-end decays of every k̂
-        double l = 0.0, hh = 0.0;
-        for (int w = 0; w < kWarps; ++w) {
-          l += last_s[w];
-          hh += hd_s[w];
-        }
-        dG += l + Gam[tid] * hh;
-      }
-      dG_s[tid] = dG;
-      if (tid < len) {
-        double const db = rowF[tid] + rowF[kChunk + tid] + rowB[tid] + rowB[kChunk + tid] + vy[tid];
-        static_cast<T*>(p.dbeta)[(std::int64_t(start) + tid) * p.Hv + j] = from_float<T>(float(db));
-      }
-    }
-    __syncthreads();
-    if (tid < len) {
-      double acc = 0.0;
-      for (int i = len - 1; i >= tid; --i) acc += dG_s[i];
-      p.dg[(std::int64_t(start) + tid) * p.Hv + j] = float(acc);
-    }
-    // The next head overwrites G, β, do, y, v_new and the partial sums: everyone is done with them.
-    __syncthreads();
+    chunk_dg_dbeta<T>(p, start, len, j, rowE, rowF, colE, rowS, rowB, dG_s, last_s, hd_s, Gam, vy);
   }
 
-  // dq = rstd_q (scale·dq̂ − x̂ (x̂·scale·dq̂)) with x̂ = q̂ / scale; dk likewise without the scale. The row dots: each
-  // warp's columns, then the two warps of the row in order.
-  float dot_q[2] = {0.0f, 0.0f}, dot_k[2] = {0.0f, 0.0f};
+  chunk_dq_dk<T, K>(p, start, len, kh, m0, warp & 1, [&](int jq) { return nb + 16 * jq; }, dq[0], dk[0],
+                    [&](int i, int col) { return float2{q_s[i * kLdK + col] / scale, k_s[i * kLdK + col]}; }, rq, rk,
+                    dot_s);
+}
+
+// gated_delta_bwd_chunk for 16-bit inputs on split-bf16 tile products: the raw q, k, do as bf16 tiles, the fp32
+// intermediates (y, v_new, the dP̃ and B matrices, the h and dh_next slabs) as planes of two bf16 parts, every
+// fragment through ldmatrix. The fp64 sums and the order of every sum are gated_delta_bwd_chunk's.
+template <typename T, int K, int V>
+struct ChunkMmaSmem {
+  static constexpr int kPF = SplitPolicy<T>::kOrder + 1;  // parts of an fp32 intermediate
+  static constexpr int kLdK = K + kLdPad, kLdV = V + kLdPad;
+  static constexpr int kVPlane = kChunk * kLdV;   // elements of one [64][kLdV] plane
+  static constexpr int kSlabPlane = kSlab * kLdV;  // elements of one [kSlab][kLdV] plane
+  // fp64 first: G and the partial sums of dG and dβ, as ChunkSmem
+  static constexpr std::size_t kG = 0, kRowE = kG + 8 * kChunk, kRowF = kRowE + 8 * 2 * kChunk,
+                               kColE = kRowF + 8 * 2 * kChunk, kRowS = kColE + 8 * 4 * kChunk,
+                               kRowB = kRowS + 8 * 2 * kChunk, kDG = kRowB + 8 * 2 * kChunk, kLast = kDG + 8 * kChunk,
+                               kHd = kLast + 8 * kWarps;
+  // fp32 row data: β, e^G, e^{G_last − G}, rstd_q, rstd_k, v·y, the l2norm row dots [4][64]
+  static constexpr std::size_t kBeta = kHd + 8 * kWarps, kGam = kBeta + 4 * kChunk, kSEnd = kGam + 4 * kChunk,
+                               kRq = kSEnd + 4 * kChunk, kRk = kRq + 4 * kChunk, kVy = kRk + 4 * kChunk,
+                               kDots = kVy + 4 * kChunk;
+  static constexpr std::size_t kQTile = align16(kDots + 4 * 4 * kChunk);            // T [64][kLdK]
+  static constexpr std::size_t kKTile = kQTile + sizeof(T) * kChunk * kLdK;         // T [64][kLdK]
+  static constexpr std::size_t kDoTile = kKTile + sizeof(T) * kChunk * kLdK;        // T [64][kLdV]
+  static constexpr std::size_t kYPlanes = align16(kDoTile + sizeof(T) * kChunk * kLdV);  // bf16 [kPF][64][kLdV]
+  static constexpr std::size_t kVnPlanes = kYPlanes + 2 * kPF * kVPlane;                // bf16 [kPF][64][kLdV]
+  // Then one region, first the four [kPF][64][kLdSq] planes of the dq̂ / dk̂ coefficient matrices (Mq, Mkq, Mkk,
+  // MkkT), later the h and dh_next slabs ([kPF][kSlab][kLdV] each).
+  static constexpr std::size_t kRegion = kVnPlanes + 2 * kPF * kVPlane;
+  static constexpr std::size_t kMPlanes = 2 * 4 * kPF * kPlane, kSlabPlanes = 2 * 2 * kPF * kSlabPlane;
+  static constexpr std::size_t kBytes = kRegion + (kMPlanes > kSlabPlanes ? kMPlanes : kSlabPlanes);
+};
+
+template <typename T, int K, int V>
+__global__ void __launch_bounds__(kThreads, 1)
+    gated_delta_bwd_chunk_mma(GatedDeltaBwdParams p, __nv_bfloat16 const* P_planes, float const* A_in,
+                              float const* dh_in, float const* y_in) {
+  using S = ChunkMmaSmem<T, K, V>;
+  using Pol = SplitPolicy<T>;
+  constexpr int kPF = Pol::kOrder + 1, kPR = Pol::kRawParts, kOrder = Pol::kOrder;
+  constexpr int kLdK = S::kLdK, kLdV = S::kLdV, kVecN = 16 / sizeof(T);
+  constexpr int kNT = K / 16;  // dq̂ / dk̂ column tiles per warp
+  extern __shared__ __align__(16) unsigned char gd_chunk_smem[];
+  auto const dbl = [&](std::size_t off) { return reinterpret_cast<double*>(gd_chunk_smem + off); };
+  auto const flt = [&](std::size_t off) { return reinterpret_cast<float*>(gd_chunk_smem + off); };
+  auto const bfp = [&](std::size_t off) { return reinterpret_cast<__nv_bfloat16*>(gd_chunk_smem + off); };
+  double *const G = dbl(S::kG), *const rowE = dbl(S::kRowE), *const rowF = dbl(S::kRowF), *const colE = dbl(S::kColE),
+                *const rowS = dbl(S::kRowS), *const rowB = dbl(S::kRowB), *const dG_s = dbl(S::kDG),
+                *const last_s = dbl(S::kLast), *const hd_s = dbl(S::kHd);
+  float *const beta_s = flt(S::kBeta), *const Gam = flt(S::kGam), *const s_end = flt(S::kSEnd), *const rq = flt(S::kRq),
+               *const rk = flt(S::kRk), *const vy = flt(S::kVy), *const dot_s = flt(S::kDots);
+  T* const q_tile = reinterpret_cast<T*>(gd_chunk_smem + S::kQTile);
+  T* const k_tile = reinterpret_cast<T*>(gd_chunk_smem + S::kKTile);
+  T* const do_tile = reinterpret_cast<T*>(gd_chunk_smem + S::kDoTile);
+  __nv_bfloat16 *const y_pl = bfp(S::kYPlanes), *const vn_pl = bfp(S::kVnPlanes);
+  __nv_bfloat16 *const Mq = bfp(S::kRegion), *const Mkq = Mq + kPF * kPlane, *const Mkk = Mkq + kPF * kPlane,
+                       *const MkkT = Mkk + kPF * kPlane;
+  __nv_bfloat16 *const h_pl = bfp(S::kRegion), *const dh_pl = h_pl + kPF * S::kSlabPlane;
+
+  int const c = blockIdx.x / p.Hk, kh = blockIdx.x % p.Hk, group = p.Hv / p.Hk;
+  int const start = p.chunks[c], len = p.chunks[p.NC + c];
+  int const tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+  auto const* v = static_cast<T const*>(p.v);
+  float const scale = p.scale;
+
+  // The raw q, k rows of the chunk (zeros past len) and their rstd.
+  {
+    std::int64_t const qk0 = (std::int64_t(start) * p.Hk + kh) * K;
+    constexpr int kRowVecs = K / kVecN;
+    for (int idx = tid; idx < kChunk * kRowVecs; idx += kThreads) {
+      int const r = idx / kRowVecs, cv = idx % kRowVecs;
+      bool const in = r < len;
+      std::int64_t const off = in ? qk0 + std::int64_t(r) * p.Hk * K + cv * kVecN : 0;
+      cp_async16(q_tile + r * kLdK + cv * kVecN, static_cast<T const*>(p.q) + off, in ? 16 : 0);
+      cp_async16(k_tile + r * kLdK + cv * kVecN, static_cast<T const*>(p.k) + off, in ? 16 : 0);
+    }
+    cp_async_commit();
+  }
+  if (warp == 0) {
 #pragma unroll
-  for (int jq = 0; jq < kNJ; ++jq) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      int const i = m0 + g + 8 * (e >> 1), col = nb + 16 * jq + 2 * t4 + (e & 1);
-      dq[0][jq][e] *= scale;
-      dot_q[e >> 1] += q_s[i * kLdK + col] / scale * dq[0][jq][e];
-      dot_k[e >> 1] += k_s[i * kLdK + col] * dk[0][jq][e];
+    for (int h2 = 0; h2 < 2; ++h2) {
+      int const r = 2 * lane + h2;
+      bool const in = r < len;
+      std::int64_t const t = std::int64_t(start) + r;
+      rq[r] = in ? p.q_rstd[t * p.Hk + kh] : 0.0f;
+      rk[r] = in ? p.k_rstd[t * p.Hk + kh] : 0.0f;
     }
   }
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    float const dq_row = sum_over_quad(dot_q[half]), dk_row = sum_over_quad(dot_k[half]);
-    if (t4 == 0) {
-      dot_s[(warp & 1) * kChunk + m0 + g + 8 * half] = dq_row;
-      dot_s[(2 + (warp & 1)) * kChunk + m0 + g + 8 * half] = dk_row;
-    }
-  }
-  __syncthreads();
-  auto* dq_out = static_cast<T*>(p.dq);
-  auto* dk_out = static_cast<T*>(p.dk);
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    int const i = m0 + g + 8 * half;
-    if (i >= len) continue;
-    float const r_q = rq[i], r_k = rk[i];
-    float const dot_qi = dot_s[i] + dot_s[kChunk + i], dot_ki = dot_s[2 * kChunk + i] + dot_s[3 * kChunk + i];
-    std::int64_t const row = (std::int64_t(start + i) * p.Hk + kh) * K;
-#pragma unroll
-    for (int jq = 0; jq < kNJ; ++jq) {
-#pragma unroll
-      for (int b = 0; b < 2; ++b) {
-        int const col = nb + 16 * jq + 2 * t4 + b;
-        float x = dq[0][jq][2 * half + b], y = dk[0][jq][2 * half + b];
-        if (p.use_qk_l2norm) {
-          x = r_q * (x - q_s[i * kLdK + col] / scale * dot_qi);
-          y = r_k * (y - k_s[i * kLdK + col] * dot_ki);
+
+  // dq̂, dk̂ [64 × K], summed over the group in registers: warp w owns rows 16·(w/2).. and, in every 32 columns, the
+  // 16 starting at 16·(w%2): tile nt covers columns col0(nt) = 32·(nt/2) + 16·(w%2) + 8·(nt%2).
+  int const m0 = 16 * (warp >> 1), half_w = warp & 1;
+  auto const col0 = [&](int nt) { return 32 * (nt >> 1) + 16 * half_w + 8 * (nt & 1); };
+  float dq[kNT][4] = {}, dk[kNT][4] = {};
+  for (int jj = 0; jj < group; ++jj) {
+    int const j = kh * group + jj;
+    std::int64_t const tv0 = (std::int64_t(start) * p.Hv + j) * V, tv_stride = std::int64_t(p.Hv) * V;
+    {  // do rows by cp.async, y and v_new as planes of bf16 parts
+      constexpr int kVVecs = V / kVecN;
+      for (int idx = tid; idx < kChunk * kVVecs; idx += kThreads) {
+        int const r = idx / kVVecs, cv = idx % kVVecs;
+        bool const in = r < len;
+        std::int64_t const off = in ? tv0 + r * tv_stride + cv * kVecN : 0;
+        cp_async16(do_tile + r * kLdV + cv * kVecN, static_cast<T const*>(p.dout) + off, in ? 16 : 0);
+      }
+      cp_async_commit();
+      for (int idx = tid; idx < kChunk * V / 4; idx += kThreads) {
+        int const r = idx / (V / 4), c4 = 4 * (idx % (V / 4));
+        float4 yv = make_float4(0.0f, 0.0f, 0.0f, 0.0f), nv = yv;
+        if (r < len) {
+          yv = *reinterpret_cast<float4 const*>(y_in + tv0 + r * tv_stride + c4);
+          nv = *reinterpret_cast<float4 const*>(p.v_new + tv0 + r * tv_stride + c4);
         }
-        dq_out[row + col] = from_float<T>(x);
-        dk_out[row + col] = from_float<T>(y);
+        std::uint32_t y0[kPF], y1[kPF], n0w[kPF], n1w[kPF];
+        split_pair<kPF>(yv.x, yv.y, y0);
+        split_pair<kPF>(yv.z, yv.w, y1);
+        split_pair<kPF>(nv.x, nv.y, n0w);
+        split_pair<kPF>(nv.z, nv.w, n1w);
+#pragma unroll
+        for (int part = 0; part < kPF; ++part) {
+          *reinterpret_cast<uint2*>(y_pl + part * S::kVPlane + r * kLdV + c4) = make_uint2(y0[part], y1[part]);
+          *reinterpret_cast<uint2*>(vn_pl + part * S::kVPlane + r * kLdV + c4) = make_uint2(n0w[part], n1w[part]);
+        }
       }
     }
+    if (warp == 0) {
+      ChunkG const cg = chunk_cumsum(p.g, start, len, p.Hv, j);
+#pragma unroll
+      for (int h2 = 0; h2 < 2; ++h2) {
+        int const r = 2 * lane + h2;
+        bool const in = r < len;
+        std::int64_t const t = std::int64_t(start) + r;
+        G[r] = cg.G[h2];
+        beta_s[r] = in ? to_float(static_cast<T const*>(p.beta)[t * p.Hv + j]) : 0.0f;
+        Gam[r] = in ? expf(float(cg.G[h2])) : 0.0f;
+        s_end[r] = in ? expf(float(cg.last - cg.G[h2])) : 0.0f;
+      }
+    }
+    for (int r = warp; r < kChunk; r += kWarps) {  // v·y of every row
+      float part = 0.0f;
+      if (r < len) {
+        for (int col = lane; col < V; col += 32) {
+          part += to_float(v[tv0 + r * tv_stride + col]) * y_in[tv0 + r * tv_stride + col];
+        }
+      }
+      part = sum_over_warp(part);
+      if (lane == 0) vy[r] = part;
+    }
+    float const* h_c = p.h + (std::int64_t(c) * p.Hv + j) * K * V;
+    float const* dhn_c = dh_in + (std::int64_t(c) * p.Hv + j) * K * V;
+    StagedTile<float, kSlab, V> next_h, next_dh;  // in flight from here to the first state step
+    next_h.load(h_c, V, kSlab, V);
+    next_dh.load(dhn_c, V, kSlab, V);
+    cp_async_wait_all();
+    __syncthreads();
+
+    {  // D1 = do v_newᵀ, D2 = y v_newᵀ on [64 × 64]: warp w owns rows m0.., columns 32·(w%2)..
+      int const n0 = 32 * half_w;
+      float d1[4][4] = {}, d2[4][4] = {};
+#pragma unroll
+      for (int ks = 0; ks < V / 16; ++ks) {
+        std::uint32_t a_do[kPR][4], a_y[kPF][4];
+        load_a_rows<T, kPR>(do_tile, kLdV, m0, 16 * ks, lane, a_do);
+        load_a_planes<kPF>(y_pl, S::kVPlane, kLdV, m0, 16 * ks, lane, a_y);
+#pragma unroll
+        for (int np = 0; np < 2; ++np) {
+          std::uint32_t b0[kPF][2], b1[kPF][2];
+          load_b_planes_cols_x2<kPF>(vn_pl, S::kVPlane, kLdV, n0 + 16 * np, 16 * ks, lane, b0, b1);
+          mma_split<kOrder>(d1[2 * np], a_do, b0);
+          mma_split<kOrder>(d1[2 * np + 1], a_do, b1);
+          mma_split<kOrder>(d2[2 * np], a_y, b0);
+          mma_split<kOrder>(d2[2 * np + 1], a_y, b1);
+        }
+      }
+      __nv_bfloat16 const* P_c = P_planes + (std::int64_t(c) * p.Hv + j) * kPF * kChunk * kChunk;
+      float const* A_c = A_in + (std::int64_t(c) * p.Hv + j) * kChunk * kChunk;
+      double row_e[2] = {0.0, 0.0}, row_f[2] = {0.0, 0.0}, col_e[4][2];
+#pragma unroll
+      for (int jn = 0; jn < 4; ++jn) {
+        col_e[jn][0] = col_e[jn][1] = 0.0;
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+          int const i = m0 + g + 8 * hf, col = n0 + 8 * jn + 2 * t4;
+          float mq[2], mkk[2];
+#pragma unroll
+          for (int b = 0; b < 2; ++b) {
+            int const e = 2 * hf + b, cc = col + b;
+            float P_ij = 0.0f;
+#pragma unroll
+            for (int part = 0; part < kPF; ++part) P_ij += __bfloat162float(P_c[(part * kChunk + i) * kChunk + cc]);
+            float const A_ij = A_c[i * kChunk + cc];
+            float const decay = cc <= i && i < len ? expf(float(G[i] - G[cc])) : 0.0f;
+            float const dA = cc < i ? -d2[jn][e] : 0.0f;
+            float const M1 = d1[jn][e] * decay, Bm = beta_s[i] * dA * decay;
+            float const E = d1[jn][e] * P_ij + dA * beta_s[i] * A_ij;  // dP ⊙ P + dA ⊙ A
+            row_e[hf] += E;
+            row_f[hf] += dA * A_ij;
+            col_e[jn][b] += E;
+            mq[b] = M1 * rk[cc];
+            mkk[b] = Bm * rk[cc];
+            // the transposed coefficients: dk̂[cc] += M1[i][cc] q̂_i and Bm[i][cc] k̂_i
+            __nv_bfloat16 wq[kPF], wk[kPF];
+            split_one<kPF>(M1 * (scale * rq[i]), wq);
+            split_one<kPF>(Bm * rk[i], wk);
+#pragma unroll
+            for (int part = 0; part < kPF; ++part) {
+              Mkq[part * kPlane + cc * kLdSq + i] = wq[part];
+              MkkT[part * kPlane + cc * kLdSq + i] = wk[part];
+            }
+          }
+          std::uint32_t wq[kPF], wk[kPF];
+          split_pair<kPF>(mq[0], mq[1], wq);
+          split_pair<kPF>(mkk[0], mkk[1], wk);
+#pragma unroll
+          for (int part = 0; part < kPF; ++part) {
+            *reinterpret_cast<std::uint32_t*>(Mq + part * kPlane + i * kLdSq + col) = wq[part];
+            *reinterpret_cast<std::uint32_t*>(Mkk + part * kPlane + i * kLdSq + col) = wk[part];
+          }
+        }
+      }
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        double const re = sum_over_quad(row_e[hf]), rf = sum_over_quad(row_f[hf]);
+        if (t4 == 0) {
+          rowE[half_w * kChunk + m0 + g + 8 * hf] = re;
+          rowF[half_w * kChunk + m0 + g + 8 * hf] = rf;
+        }
+      }
+#pragma unroll
+      for (int jn = 0; jn < 4; ++jn) {
+#pragma unroll
+        for (int b = 0; b < 2; ++b) {
+          double const ce = sum_over_rows(col_e[jn][b]);
+          if (g == 0) colE[(warp >> 1) * kChunk + n0 + 8 * jn + 2 * t4 + b] = ce;
+        }
+      }
+    }
+    __syncthreads();
+
+    {  // dq̂ += Mq k, dk̂ += Mkq q + (Mkk + MkkT) k; Mq, Mkk vanish above the diagonal blocks, Mkq, MkkT below
+      int const rb = m0 / 16;
+#pragma unroll
+      for (int ks = 0; ks < 4; ++ks) {
+        bool const lower = ks <= rb, upper = ks >= rb;
+        std::uint32_t a_q[kPF][4], a_kq[kPF][4], a_kk[kPF][4], a_kt[kPF][4];
+        if (lower) {
+          load_a_planes<kPF>(Mq, kPlane, kLdSq, m0, 16 * ks, lane, a_q);
+          load_a_planes<kPF>(Mkk, kPlane, kLdSq, m0, 16 * ks, lane, a_kk);
+        }
+        if (upper) {
+          load_a_planes<kPF>(Mkq, kPlane, kLdSq, m0, 16 * ks, lane, a_kq);
+          load_a_planes<kPF>(MkkT, kPlane, kLdSq, m0, 16 * ks, lane, a_kt);
+        }
+#pragma unroll
+        for (int sb = 0; sb < K / 32; ++sb) {
+          std::uint32_t b0[kPR][2], b1[kPR][2];
+          load_b_rows_x2<T, kPR>(k_tile, kLdK, 16 * ks, col0(2 * sb), lane, b0, b1);
+          if (lower) {
+            mma_split<kOrder>(dq[2 * sb], a_q, b0);
+            mma_split<kOrder>(dq[2 * sb + 1], a_q, b1);
+            mma_split<kOrder>(dk[2 * sb], a_kk, b0);
+            mma_split<kOrder>(dk[2 * sb + 1], a_kk, b1);
+          }
+          if (upper) {
+            mma_split<kOrder>(dk[2 * sb], a_kt, b0);
+            mma_split<kOrder>(dk[2 * sb + 1], a_kt, b1);
+            load_b_rows_x2<T, kPR>(q_tile, kLdK, 16 * ks, col0(2 * sb), lane, b0, b1);
+            mma_split<kOrder>(dk[2 * sb], a_kq, b0);
+            mma_split<kOrder>(dk[2 * sb + 1], a_kq, b1);
+          }
+        }
+      }
+    }
+    __syncthreads();  // the slabs below overwrite the coefficient planes
+
+    // The state terms, kSlab rows of h and dh_next at a time: S1 = do hᵀ, S2 = y hᵀ, S3 = v_new dh_nextᵀ over the
+    // warp's 16 columns of the slab.
+    double hd = 0.0, last = 0.0, s_g[2] = {0.0, 0.0}, s_b[2] = {0.0, 0.0};
+#pragma unroll
+    for (int sb = 0; sb < K / kSlab; ++sb) {
+#pragma unroll
+      for (int u = 0; u < decltype(next_h)::kPer; ++u) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) hd += double(next_h.v[u][e] * next_dh.v[u][e]);
+      }
+#pragma unroll
+      for (int u = 0; u < decltype(next_h)::kPer; ++u) {  // the staged slab rows as planes
+        int const idx = tid + u * kThreads, r = idx / (V / 4), c4 = 4 * (idx % (V / 4));
+        std::uint32_t h0[kPF], h1[kPF], d0w[kPF], d1w[kPF];
+        split_pair<kPF>(next_h.v[u][0], next_h.v[u][1], h0);
+        split_pair<kPF>(next_h.v[u][2], next_h.v[u][3], h1);
+        split_pair<kPF>(next_dh.v[u][0], next_dh.v[u][1], d0w);
+        split_pair<kPF>(next_dh.v[u][2], next_dh.v[u][3], d1w);
+#pragma unroll
+        for (int part = 0; part < kPF; ++part) {
+          *reinterpret_cast<uint2*>(h_pl + part * S::kSlabPlane + r * kLdV + c4) = make_uint2(h0[part], h1[part]);
+          *reinterpret_cast<uint2*>(dh_pl + part * S::kSlabPlane + r * kLdV + c4) = make_uint2(d0w[part], d1w[part]);
+        }
+      }
+      __syncthreads();
+      if (sb + 1 < K / kSlab) {
+        next_h.load(h_c + (sb + 1) * kSlab * V, V, kSlab, V);
+        next_dh.load(dhn_c + (sb + 1) * kSlab * V, V, kSlab, V);
+      }
+      float s1[2][4] = {}, s2[2][4] = {}, s3[2][4] = {};
+#pragma unroll
+      for (int ks = 0; ks < V / 16; ++ks) {
+        std::uint32_t a_do[kPR][4], a_y[kPF][4], a_vn[kPF][4];
+        load_a_rows<T, kPR>(do_tile, kLdV, m0, 16 * ks, lane, a_do);
+        load_a_planes<kPF>(y_pl, S::kVPlane, kLdV, m0, 16 * ks, lane, a_y);
+        load_a_planes<kPF>(vn_pl, S::kVPlane, kLdV, m0, 16 * ks, lane, a_vn);
+        std::uint32_t bh0[kPF][2], bh1[kPF][2], bd0[kPF][2], bd1[kPF][2];
+        load_b_planes_cols_x2<kPF>(h_pl, S::kSlabPlane, kLdV, 16 * half_w, 16 * ks, lane, bh0, bh1);
+        load_b_planes_cols_x2<kPF>(dh_pl, S::kSlabPlane, kLdV, 16 * half_w, 16 * ks, lane, bd0, bd1);
+        mma_split<kOrder>(s1[0], a_do, bh0);
+        mma_split<kOrder>(s1[1], a_do, bh1);
+        mma_split<kOrder>(s2[0], a_y, bh0);
+        mma_split<kOrder>(s2[1], a_y, bh1);
+        mma_split<kOrder>(s3[0], a_vn, bd0);
+        mma_split<kOrder>(s3[1], a_vn, bd1);
+      }
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          int const i = m0 + g + 8 * (e >> 1), kc = col0(2 * sb + u) + 2 * t4 + (e & 1);
+          float const qv = (scale * rq[i]) * to_float(q_tile[i * kLdK + kc]), kv = rk[i] * to_float(k_tile[i * kLdK + kc]);
+          float const gi = Gam[i], bgi = beta_s[i] * Gam[i], si = s_end[i];
+          float const a1 = s1[u][e], a2 = s2[u][e], a3 = s3[u][e];
+          dq[2 * sb + u][e] += gi * a1;
+          dk[2 * sb + u][e] += si * a3 - bgi * a2;
+          s_g[e >> 1] += double(gi * qv * a1) - double(bgi * kv * a2) - double(si * kv * a3);
+          s_b[e >> 1] -= double(gi * kv * a2);
+          last += double(si * kv * a3);
+        }
+      }
+      __syncthreads();
+    }
+
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      double const sg = sum_over_quad(s_g[hf]), sbv = sum_over_quad(s_b[hf]);
+      if (t4 == 0) {
+        rowS[half_w * kChunk + m0 + g + 8 * hf] = sg;
+        rowB[half_w * kChunk + m0 + g + 8 * hf] = sbv;
+      }
+    }
+    last = sum_over_warp(last);
+    hd = sum_over_warp(hd);
+    if (lane == 0) {
+      last_s[warp] = last;
+      hd_s[warp] = hd;
+    }
+    __syncthreads();
+    chunk_dg_dbeta<T>(p, start, len, j, rowE, rowF, colE, rowS, rowB, dG_s, last_s, hd_s, Gam, vy);
   }
+  chunk_dq_dk<T, K>(p, start, len, kh, m0, half_w, col0, dq, dk, [&](int i, int col) {
+    return float2{rq[i] * to_float(q_tile[i * kLdK + col]), rk[i] * to_float(k_tile[i * kLdK + col])};
+  }, rq, rk, dot_s);
 }
 
 }  // namespace fusepack::gated_delta_bwd_detail

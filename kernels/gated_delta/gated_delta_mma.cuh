@@ -227,15 +227,51 @@ __device__ __forceinline__ void load_b_cols_x2(E const* tile, int ld, int n0, in
   }
 }
 
-// The same from a matrix stored as P bf16 planes ([P][64][kLdSq], plane i holding part i of M[n][k] = B[k][n]).
+// Matrices stored as P bf16 planes: plane i (`stride` elements after plane i − 1) holds part i of the matrix,
+// row-major with rows `ld` elements apart.
+
+// The A fragment (rows m0..m0+15, k columns k0..k0+15) of A = the planes' matrix.
 template <int P>
-__device__ __forceinline__ void load_b_planes_x2(__nv_bfloat16 const* planes, int n0, int k0, int lane,
-                                                 std::uint32_t (&b0)[P][2], std::uint32_t (&b1)[P][2]) {
+__device__ __forceinline__ void load_a_planes(__nv_bfloat16 const* planes, int stride, int ld, int m0, int k0,
+                                              int lane, std::uint32_t (&a)[P][4]) {
+  int const m = lane >> 3, r = lane & 7;
+#pragma unroll
+  for (int i = 0; i < P; ++i) ldmatrix_x4(a[i], planes + i * stride + (m0 + r + 8 * (m & 1)) * ld + k0 + 8 * (m >> 1));
+}
+
+// B fragments of two neighbouring n tiles (n0.., n0+8..; k rows k0..k0+15) of B[k][n] = M[n][k], M the planes' matrix.
+template <int P>
+__device__ __forceinline__ void load_b_planes_cols_x2(__nv_bfloat16 const* planes, int stride, int ld, int n0, int k0,
+                                                      int lane, std::uint32_t (&b0)[P][2], std::uint32_t (&b1)[P][2]) {
   int const m = lane >> 3, r = lane & 7;
 #pragma unroll
   for (int i = 0; i < P; ++i) {
     std::uint32_t q[4];
-    ldmatrix_x4(q, planes + i * kPlane + (n0 + r + 8 * (m >> 1)) * kLdSq + k0 + 8 * (m & 1));
+    ldmatrix_x4(q, planes + i * stride + (n0 + r + 8 * (m >> 1)) * ld + k0 + 8 * (m & 1));
+    b0[i][0] = q[0];
+    b0[i][1] = q[1];
+    b1[i][0] = q[2];
+    b1[i][1] = q[3];
+  }
+}
+
+// The same from [P][64][kLdSq] planes (one [64, 64] matrix per part).
+template <int P>
+__device__ __forceinline__ void load_b_planes_x2(__nv_bfloat16 const* planes, int n0, int k0, int lane,
+                                                 std::uint32_t (&b0)[P][2], std::uint32_t (&b1)[P][2]) {
+  load_b_planes_cols_x2<P>(planes, kPlane, kLdSq, n0, k0, lane, b0, b1);
+}
+
+// B fragments of two neighbouring n tiles (n0.., n0+8..; k rows k0..k0+15) of B[k][n] = M[k][n], M the planes'
+// matrix.
+template <int P>
+__device__ __forceinline__ void load_b_planes_rows_x2(__nv_bfloat16 const* planes, int stride, int ld, int k0, int n0,
+                                                      int lane, std::uint32_t (&b0)[P][2], std::uint32_t (&b1)[P][2]) {
+  int const m = lane >> 3, r = lane & 7;
+#pragma unroll
+  for (int i = 0; i < P; ++i) {
+    std::uint32_t q[4];
+    ldmatrix_x4_trans(q, planes + i * stride + (k0 + r + 8 * (m & 1)) * ld + n0 + 8 * (m >> 1));
     b0[i][0] = q[0];
     b0[i][1] = q[1];
     b1[i][0] = q[2];
@@ -339,22 +375,6 @@ __device__ __forceinline__ void load_a_trans_floats(E const* tile, int ld, int m
   }
 }
 
-// B fragments of two neighbouring n tiles (n0..n0+7 into b0, n0+8..n0+15 into b1; k rows k0..k0+15) of
-// B[k][n] = M[k][n], M stored as P bf16 planes ([P][64][kLdSq], plane i holding part i of M, row-major).
-template <int P>
-__device__ __forceinline__ void load_b_planes_rows_x2(__nv_bfloat16 const* planes, int k0, int n0, int lane,
-                                                      std::uint32_t (&b0)[P][2], std::uint32_t (&b1)[P][2]) {
-  int const m = lane >> 3, r = lane & 7;
-#pragma unroll
-  for (int i = 0; i < P; ++i) {
-    std::uint32_t q[4];
-    ldmatrix_x4_trans(q, planes + i * kPlane + (k0 + r + 8 * (m & 1)) * kLdSq + n0 + 8 * (m >> 1));
-    b0[i][0] = q[0];
-    b0[i][1] = q[1];
-    b1[i][0] = q[2];
-    b1[i][1] = q[3];
-  }
-}
 
 // d += a · b over the part products a_i · b_j with i + j <= kOrder, smallest first. For fp32-level accuracy
 // (kOrder = 2) the parts are summed into a fresh accumulator and that is added to d by an IEEE fp32 addition: tensor
