@@ -4,13 +4,12 @@
 //   gated_delta_bwd_state  per (example, value head, 16·kBWarps columns of V): the reverse chunk recurrence of dh, y,
 //                          dv, each warp carrying dhᵀ of its 16 value columns in fp32 registers;
 //   gated_delta_bwd_chunk  per (chunk, key head): dβ and dg of the group's value heads in head order, their dq̂ and
-//                          dk̂ summed in registers, then the scale and the l2norm backward: dq, dk.
-// Matrix products run on the tensor cores. The recurrence uses gated_delta_mma.cuh's split-bf16 products (SplitPolicy:
-// raw bf16 exact, fp16 as two bf16 parts, fp32 as three; fp32 intermediates as two parts, three in fp32 runs). The
-// other two kernels use mma.sync m16n8k8 tf32 with fp32 accumulation for bf16 and fp16 inputs; Split says which
-// operands are split into a tf32 head and a tf32 tail (3xTF32): none for bf16 inputs, the fp32 intermediates for
-// fp16. fp32 inputs run their products in fp64 FMAs, rounded once to fp32. The in-chunk cumulative sums of g are recomputed from g in fp64
-// (chunk_cumsum says why) and the sums that make dg and dβ run in fp64.
+//   (_mma for 16-bit)      dk̂ summed in registers, then the scale and the l2norm backward: dq, dk.
+// Matrix products of bf16 and fp16 runs run on the tensor cores, gated_delta_mma.cuh's split-bf16 products
+// (SplitPolicy: raw bf16 exact, fp16 as two bf16 parts; fp32 intermediates as two parts, ~2^-16 relative per
+// product). The recurrence runs them for fp32 runs too (three parts each, fp32 accuracy); the per-chunk kernels of
+// fp32 runs run their products in fp64 FMAs, rounded once to fp32 (warp_mma). The in-chunk cumulative sums of g are
+// recomputed from g in fp64 (chunk_cumsum says why) and the sums that make dg and dβ run in fp64.
 #pragma once
 
 #include "kernels/common/vec.cuh"
@@ -42,114 +41,40 @@ enum BwdRecord : int {
 };
 
 
-// How the products of each operand class run, for inputs of type T (kTf32: one tf32 product; kSplit: the operand is
-// split into a tf32 head and tail, 3xTF32; kFp32: the product runs in fp64 FMAs, no tensor cores, and is rounded
-// once to fp32):
-//   kIn   the raw inputs q, k, v, do: bf16 and fp16 values are exact in tf32, fp32 ones are not;
-//   kMid  the fp32 intermediates (h, dh, y, v_new, P, Ainv, ...): split for fp16 runs, whose outputs are judged
-//         against one rounding step of fp16; a bf16 run's fp32 outputs (dg, dinitial_state) are judged at the bf16
-//         step (tests/kernels/gated_delta_test.cpp), which single tf32 (~1e-3 of the largest entry, measured in
-//         emulation) stays well under, at a third of the tensor-core work.
-// fp32 runs use kFp32 throughout: they are judged against the fp32 composite (cuBLAS fp32 GEMMs) with a floor of one
-// fp32 rounding step, and 3xTF32 keeps only 22 of fp32's 24 mantissa bits per operand: 3-7x over that budget on the
-// H200; plain fp32 FMA chains over k (64 to 128 terms) still left dk at up to 110% of it. fp32 is the accuracy path,
-// not the speed path.
-enum Precision : int { kTf32 = 0, kSplit = 1, kFp32 = 2 };
-template <typename T>
-struct Split {
-  static constexpr int kIn = std::is_same_v<T, float> ? kFp32 : kTf32;
-  static constexpr int kMid = std::is_same_v<T, float> ? kFp32 : std::is_same_v<T, __nv_bfloat16> ? kTf32 : kSplit;
-};
-
-// Device primitives; everything below them is plain C++ (a host emulation of these few runs the kernels on a CPU).
 #if defined(__CUDACC__)
-__device__ __forceinline__ std::uint32_t to_tf32(float x) {
-  std::uint32_t r;
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-  return r;
-}
-
-// d += a·b on one 16×8 tile with k = 8, warp-wide. With g = lane / 4 and t = lane % 4, this lane holds
-// a = A(g, t), A(g+8, t), A(g, t+4), A(g+8, t+4); b = B(t, g), B(t+4, g); d = D(g, 2t), D(g, 2t+1), D(g+8, 2t),
-// D(g+8, 2t+1) (PTX ISA, "Matrix Fragments for mma.m16n8k8", .tf32).
-__device__ __forceinline__ void mma_tf32(float (&d)[4], std::uint32_t const (&a)[4], std::uint32_t const (&b)[2]) {
-  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
 __device__ __forceinline__ float* shared_floats() {
   extern __shared__ float4 gated_delta_bwd_smem[];
   return reinterpret_cast<float*>(gated_delta_bwd_smem);
 }
 #endif
 
-// x as a tf32 head (and, when kTail, the tf32 of what the head misses: x − head is exact in fp32).
-template <bool kTail>
-__device__ __forceinline__ void split_tf32(float x, std::uint32_t& hi, std::uint32_t& lo) {
-  hi = to_tf32(x);
-  if constexpr (kTail) lo = to_tf32(x - __uint_as_float(hi));
-}
-
-// One warp: acc[i][j] += Σ_{k < kK} a(r, k) · b(k, c) on the 16×8 tiles at rows m0 + 16·i, columns n0 + nstep·j.
-// a(r, k), b(k, c) read shared memory (any layout: a transposed operand is just another accessor). The tail products
-// come first, the head product last (the small terms accumulate before the large one). kPrecA / kPrecB: Precision;
-// kFp32 on either side runs the whole product in fp64 FMAs with the same fragment layout.
-// acc[i][j][e] is the element at row m0 + 16·i + lane/4 + 8·(e/2), column n0 + nstep·j + 2·(lane%4) + e%2.
-template <int kMI, int kNJ, int kK, int kPrecA, int kPrecB, class AAt, class BAt>
+// The products of fp32 runs (the accuracy path, not the speed path; judged against the fp32 composite's cuBLAS GEMMs
+// with a floor of one fp32 rounding step): one warp, acc[i][j] += Σ_{k < kK} a(r, k) · b(k, c) on the 16×8 tiles at
+// rows m0 + 16·i, columns n0 + nstep·j, each tile's sum over k in fp64 FMAs and added to the fp32 accumulator with one
+// rounding. (3xTF32 keeps 22 of fp32's 24 mantissa bits per operand and missed that budget 3-7x on the H200; plain
+// fp32 FMA chains over k left dk at up to 110% of it; this puts the worst fp32 gradient at 46%.) a(r, k), b(k, c)
+// read shared memory in any layout (a transposed operand is just another accessor). acc[i][j][e] is the element at
+// row m0 + 16·i + lane/4 + 8·(e/2), column n0 + nstep·j + 2·(lane%4) + e%2, the layout of an mma accumulator tile.
+template <int kMI, int kNJ, int kK, class AAt, class BAt>
 __device__ __forceinline__ void warp_mma(float (&acc)[kMI][kNJ][4], int m0, int n0, int nstep, AAt const& a,
                                          BAt const& b) {
   int const lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  if constexpr (kPrecA == kFp32 || kPrecB == kFp32) {
-    // One 16×8 tile at a time, its sum over k in fp64 FMAs, added to the fp32 accumulator with one rounding: each
-    // product then carries one fp32 rounding instead of a k-long chain of them (fp32 runs are the accuracy path).
 #pragma unroll
-    for (int i = 0; i < kMI; ++i) {
+  for (int i = 0; i < kMI; ++i) {
 #pragma unroll
-      for (int j = 0; j < kNJ; ++j) {
-        int const r = m0 + 16 * i + g, c = n0 + nstep * j + 2 * t;
-        double s[4] = {0.0, 0.0, 0.0, 0.0};
+    for (int j = 0; j < kNJ; ++j) {
+      int const r = m0 + 16 * i + g, c = n0 + nstep * j + 2 * t;
+      double s[4] = {0.0, 0.0, 0.0, 0.0};
 #pragma unroll 4
-        for (int k = 0; k < kK; ++k) {
-          double const a0 = a(r, k), a1 = a(r + 8, k), b0 = b(k, c), b1 = b(k, c + 1);
-          s[0] = fma(a0, b0, s[0]);
-          s[1] = fma(a0, b1, s[1]);
-          s[2] = fma(a1, b0, s[2]);
-          s[3] = fma(a1, b1, s[3]);
-        }
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[i][j][e] = float(double(acc[i][j][e]) + s[e]);
-      }
-    }
-  } else {
-    constexpr bool kSplitA = kPrecA == kSplit, kSplitB = kPrecB == kSplit;
-#pragma unroll 2
-    for (int k0 = 0; k0 < kK; k0 += 8) {
-      std::uint32_t ah[kMI][4], al[kMI][4], bh[kNJ][2], bl[kNJ][2];
-#pragma unroll
-      for (int i = 0; i < kMI; ++i) {
-        int const r = m0 + 16 * i + g;
-        split_tf32<kSplitA>(a(r, k0 + t), ah[i][0], al[i][0]);
-        split_tf32<kSplitA>(a(r + 8, k0 + t), ah[i][1], al[i][1]);
-        split_tf32<kSplitA>(a(r, k0 + t + 4), ah[i][2], al[i][2]);
-        split_tf32<kSplitA>(a(r + 8, k0 + t + 4), ah[i][3], al[i][3]);
+      for (int k = 0; k < kK; ++k) {
+        double const a0 = a(r, k), a1 = a(r + 8, k), b0 = b(k, c), b1 = b(k, c + 1);
+        s[0] = fma(a0, b0, s[0]);
+        s[1] = fma(a0, b1, s[1]);
+        s[2] = fma(a1, b0, s[2]);
+        s[3] = fma(a1, b1, s[3]);
       }
 #pragma unroll
-      for (int j = 0; j < kNJ; ++j) {
-        int const c = n0 + nstep * j + g;
-        split_tf32<kSplitB>(b(k0 + t, c), bh[j][0], bl[j][0]);
-        split_tf32<kSplitB>(b(k0 + t + 4, c), bh[j][1], bl[j][1]);
-      }
-#pragma unroll
-      for (int i = 0; i < kMI; ++i) {
-#pragma unroll
-        for (int j = 0; j < kNJ; ++j) {
-          if constexpr (kSplitA) mma_tf32(acc[i][j], al[i], bh[j]);
-          if constexpr (kSplitB) mma_tf32(acc[i][j], ah[i], bl[j]);
-          mma_tf32(acc[i][j], ah[i], bh[j]);
-        }
-      }
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = float(double(acc[i][j][e]) + s[e]);
     }
   }
 }
@@ -398,7 +323,6 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int kPF = SplitPolicy<T>::kOrder + 1;
   using S = IntraSmem<K>;
   constexpr int kLd = S::kLd;
-  constexpr int kPrec = Split<T>::kIn;
   float* const sm = shared_floats();
   float *const q_s = sm + S::q, *const k_s = sm + S::k, *const rq = sm + S::rq, *const rk = sm + S::rk;
   double* const G = reinterpret_cast<double*>(sm) + S::G;
@@ -424,19 +348,48 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
   }
-  std::int64_t const row0 = (std::int64_t(start) * p.Hk + kh) * K, stride = std::int64_t(p.Hk) * K;
-  load_tile(q_s, kLd, static_cast<T const*>(p.q) + row0, stride, kChunk, K, len, K, Unit{});
-  load_tile(k_s, kLd, static_cast<T const*>(p.k) + row0, stride, kChunk, K, len, K, Unit{});
-  __syncthreads();
-
   // Warps 0-3: rows of q (P), warps 4-7: rows of k (Â); 16 rows × 64 columns each.
   bool const is_p = warp < 4;
-  float const* a_rows = (is_p ? q_s : k_s) + 16 * (warp & 3) * kLd;
   float acc[1][8][4];
   zero(acc);
-  warp_mma<1, 8, K, kPrec, kPrec>(
-      acc, 0, 0, 8, [&](int r, int kk) { return a_rows[r * kLd + kk]; },
-      [&](int kk, int n) { return k_s[n * kLd + kk]; });
+  std::int64_t const row0 = (std::int64_t(start) * p.Hk + kh) * K, stride = std::int64_t(p.Hk) * K;
+  if constexpr (sizeof(T) == 2) {  // raw 16-bit tiles (over the fp32 tiles' space), split-bf16 products
+    using Pol = SplitPolicy<T>;
+    constexpr int kLdT = K + kLdPad, kVecN = 16 / sizeof(T), kRowVecs = K / kVecN;
+    T *const q_t = reinterpret_cast<T*>(q_s), *const k_t = reinterpret_cast<T*>(k_s);
+    static_assert(sizeof(T) * kLdT <= sizeof(float) * kLd, "a 16-bit row fits in an fp32 row's space");
+    for (int idx = tid; idx < kChunk * kRowVecs; idx += kThreads) {
+      int const r = idx / kRowVecs, cv = idx % kRowVecs;
+      bool const in = r < len;
+      std::int64_t const off = in ? row0 + r * stride + cv * kVecN : 0;
+      cp_async16(q_t + r * kLdT + cv * kVecN, static_cast<T const*>(p.q) + off, in ? 16 : 0);
+      cp_async16(k_t + r * kLdT + cv * kVecN, static_cast<T const*>(p.k) + off, in ? 16 : 0);
+    }
+    cp_async_commit();
+    cp_async_wait_all();
+    __syncthreads();
+    T const* a_tile = is_p ? q_t : k_t;
+#pragma unroll
+    for (int ks = 0; ks < K / 16; ++ks) {
+      std::uint32_t a[Pol::kRawParts][4];
+      load_a_rows<T, Pol::kRawParts>(a_tile, kLdT, 16 * (warp & 3), 16 * ks, lane, a);
+#pragma unroll
+      for (int np = 0; np < 4; ++np) {
+        std::uint32_t b0[Pol::kRawParts][2], b1[Pol::kRawParts][2];
+        load_b_cols_x2<T, Pol::kRawParts>(k_t, kLdT, 16 * np, 16 * ks, lane, b0, b1);
+        mma_split<Pol::kOrder>(acc[0][2 * np], a, b0);
+        mma_split<Pol::kOrder>(acc[0][2 * np + 1], a, b1);
+      }
+    }
+  } else {  // fp32: fp32 tiles, fp64 FMAs
+    load_tile(q_s, kLd, static_cast<T const*>(p.q) + row0, stride, kChunk, K, len, K, Unit{});
+    load_tile(k_s, kLd, static_cast<T const*>(p.k) + row0, stride, kChunk, K, len, K, Unit{});
+    __syncthreads();
+    float const* a_rows = (is_p ? q_s : k_s) + 16 * (warp & 3) * kLd;
+    warp_mma<1, 8, K>(
+        acc, 0, 0, 8, [&](int r, int kk) { return a_rows[r * kLd + kk]; },
+        [&](int kk, int n) { return k_s[n * kLd + kk]; });
+  }
   float* const A_c = A_out + (std::int64_t(c) * p.Hv + j) * kChunk * kChunk;
   __nv_bfloat16* const P_c = P_planes_out + (std::int64_t(c) * p.Hv + j) * kPF * kChunk * kChunk;
   float const* r_scale = is_p ? rq : rk;
@@ -827,7 +780,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   using S = ChunkSmem<K, V>;
   constexpr int kPF = SplitPolicy<T>::kOrder + 1;
   constexpr int kLdK = S::kLdK, kLdV = S::kLdV, kLdL = S::kLdL;
-  constexpr int kIn = Split<T>::kIn, kMid = Split<T>::kMid;
   constexpr int kNJ = K / 16;  // dq̂/dk̂ column tiles per warp
   float* const sm = shared_floats();
   float *const q_s = sm + S::q, *const k_s = sm + S::k, *const do_s = sm + S::dout, *const y_s = sm + S::y,
@@ -905,10 +857,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       float d1[1][4][4], d2[1][4][4];
       zero(d1);
       zero(d2);
-      warp_mma<1, 4, V, kIn, kMid>(
+      warp_mma<1, 4, V>(
           d1, m0, n0, 8, [&](int r, int kk) { return do_s[r * kLdV + kk]; },
           [&](int kk, int col) { return vn_s[col * kLdV + kk]; });
-      warp_mma<1, 4, V, kMid, kMid>(
+      warp_mma<1, 4, V>(
           d2, m0, n0, 8, [&](int r, int kk) { return y_s[r * kLdV + kk]; },
           [&](int kk, int col) { return vn_s[col * kLdV + kk]; });
       __nv_bfloat16 const* P_c = P_planes + (std::int64_t(c) * p.Hv + j) * kPF * kChunk * kChunk;
@@ -954,13 +906,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     __syncthreads();
 
     // dP̃ and B reach only dq and dk (rounded to T): split only in fp32 runs, like the raw inputs.
-    warp_mma<1, kNJ, kChunk, kIn, kIn>(
+    warp_mma<1, kNJ, kChunk>(
         dq, m0, nb, 16, [&](int r, int kk) { return M1[r * kLdL + kk]; },
         [&](int kk, int col) { return k_s[kk * kLdK + col]; });
-    warp_mma<1, kNJ, kChunk, kIn, kIn>(
+    warp_mma<1, kNJ, kChunk>(
         dk, m0, nb, 16, [&](int r, int kk) { return M1[kk * kLdL + r]; },
         [&](int kk, int col) { return q_s[kk * kLdK + col]; });
-    warp_mma<1, kNJ, kChunk, kIn, kIn>(
+    warp_mma<1, kNJ, kChunk>(
         dk, m0, nb, 16, [&](int r, int kk) { return Bm[r * kLdL + kk] + Bm[kk * kLdL + r]; },
         [&](int kk, int col) { return k_s[kk * kLdK + col]; });
     __syncthreads();  // the slabs below overwrite dP̃ and B
@@ -986,13 +938,13 @@ __global__ void __launch_bounds__(kThreads, 1)
       zero(s1);
       zero(s2);
       zero(s3);
-      warp_mma<1, 2, V, kIn, kMid>(
+      warp_mma<1, 2, V>(
           s1, m0, nb, 16, [&](int r, int kk) { return do_s[r * kLdV + kk]; },
           [&](int kk, int col) { return h_s[col * kLdV + kk]; });
-      warp_mma<1, 2, V, kMid, kMid>(
+      warp_mma<1, 2, V>(
           s2, m0, nb, 16, [&](int r, int kk) { return y_s[r * kLdV + kk]; },
           [&](int kk, int col) { return h_s[col * kLdV + kk]; });
-      warp_mma<1, 2, V, kMid, kMid>(
+      warp_mma<1, 2, V>(
           s3, m0, nb, 16, [&](int r, int kk) { return vn_s[r * kLdV + kk]; },
           [&](int kk, int col) { return dhn_s[col * kLdV + kk]; });
 #pragma unroll
@@ -1140,22 +1092,43 @@ __global__ void __launch_bounds__(kThreads, 1)
         cp_async16(do_tile + r * kLdV + cv * kVecN, static_cast<T const*>(p.dout) + off, in ? 16 : 0);
       }
       cp_async_commit();
-      for (int idx = tid; idx < kChunk * V / 4; idx += kThreads) {
-        int const r = idx / (V / 4), c4 = 4 * (idx % (V / 4));
-        float4 yv = make_float4(0.0f, 0.0f, 0.0f, 0.0f), nv = yv;
-        if (r < len) {
-          yv = *reinterpret_cast<float4 const*>(y_in + tv0 + r * tv_stride + c4);
-          nv = *reinterpret_cast<float4 const*>(p.v_new + tv0 + r * tv_stride + c4);
-        }
-        std::uint32_t y0[kPF], y1[kPF], n0w[kPF], n1w[kPF];
-        split_pair<kPF>(yv.x, yv.y, y0);
-        split_pair<kPF>(yv.z, yv.w, y1);
-        split_pair<kPF>(nv.x, nv.y, n0w);
-        split_pair<kPF>(nv.z, nv.w, n1w);
+      // 4 columns per thread, V/4 consecutive lanes per row, kBatch rows' loads in flight at once; v·y of each row
+      // (its V/4 lanes' partial dots, butterfly-summed) on the way.
+      constexpr int kIters = kChunk * V / 4 / kThreads, kBatch = 4;
+      static_assert(kIters % kBatch == 0 && (V / 4) <= 32 && 32 % (V / 4) == 0, "rows of whole lane groups");
 #pragma unroll
-        for (int part = 0; part < kPF; ++part) {
-          *reinterpret_cast<uint2*>(y_pl + part * S::kVPlane + r * kLdV + c4) = make_uint2(y0[part], y1[part]);
-          *reinterpret_cast<uint2*>(vn_pl + part * S::kVPlane + r * kLdV + c4) = make_uint2(n0w[part], n1w[part]);
+      for (int b0 = 0; b0 < kIters; b0 += kBatch) {
+        float4 yv[kBatch], nv[kBatch];
+        float vv[kBatch][4];
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u) {
+          int const idx = tid + (b0 + u) * kThreads, r = idx / (V / 4), c4 = 4 * (idx % (V / 4));
+          yv[u] = nv[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+          vv[u][0] = vv[u][1] = vv[u][2] = vv[u][3] = 0.0f;
+          if (r < len) {
+            std::int64_t const off = tv0 + r * tv_stride + c4;
+            yv[u] = *reinterpret_cast<float4 const*>(y_in + off);
+            nv[u] = *reinterpret_cast<float4 const*>(p.v_new + off);
+            load4(v + off, vv[u]);
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u) {
+          int const idx = tid + (b0 + u) * kThreads, r = idx / (V / 4), c4 = 4 * (idx % (V / 4));
+          std::uint32_t y0[kPF], y1[kPF], n0w[kPF], n1w[kPF];
+          split_pair<kPF>(yv[u].x, yv[u].y, y0);
+          split_pair<kPF>(yv[u].z, yv[u].w, y1);
+          split_pair<kPF>(nv[u].x, nv[u].y, n0w);
+          split_pair<kPF>(nv[u].z, nv[u].w, n1w);
+#pragma unroll
+          for (int part = 0; part < kPF; ++part) {
+            *reinterpret_cast<uint2*>(y_pl + part * S::kVPlane + r * kLdV + c4) = make_uint2(y0[part], y1[part]);
+            *reinterpret_cast<uint2*>(vn_pl + part * S::kVPlane + r * kLdV + c4) = make_uint2(n0w[part], n1w[part]);
+          }
+          float dot = vv[u][0] * yv[u].x + vv[u][1] * yv[u].y + vv[u][2] * yv[u].z + vv[u][3] * yv[u].w;
+#pragma unroll
+          for (int m = V / 8; m >= 1; m >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, m);
+          if (idx % (V / 4) == 0) vy[r] = dot;
         }
       }
     }
@@ -1171,16 +1144,6 @@ __global__ void __launch_bounds__(kThreads, 1)
         Gam[r] = in ? expf(float(cg.G[h2])) : 0.0f;
         s_end[r] = in ? expf(float(cg.last - cg.G[h2])) : 0.0f;
       }
-    }
-    for (int r = warp; r < kChunk; r += kWarps) {  // v·y of every row
-      float part = 0.0f;
-      if (r < len) {
-        for (int col = lane; col < V; col += 32) {
-          part += to_float(v[tv0 + r * tv_stride + col]) * y_in[tv0 + r * tv_stride + col];
-        }
-      }
-      part = sum_over_warp(part);
-      if (lane == 0) vy[r] = part;
     }
     float const* h_c = p.h + (std::int64_t(c) * p.Hv + j) * K * V;
     float const* dhn_c = dh_in + (std::int64_t(c) * p.Hv + j) * K * V;
