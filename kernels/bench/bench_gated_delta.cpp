@@ -54,8 +54,8 @@ void bench_shape(Report& report, GatedDeltaShape const s) {
   }
 
   // Fewest bytes: the forward reads q, k, v, g, β and writes o; the backward reads them again with dout and writes
-  // dq, dk, dv, dg, dβ. The fused forward's saved tensors for the backward (per-chunk states h, Ainv, v_new, fp32)
-  // are not counted.
+  // dq, dk, dv, dg, dβ. The fused forward's saved tensors for the backward (per-chunk states h and v_new in fp32,
+  // Ainv as bf16 parts) and the backward's workspace are not counted.
   double const in_bytes = kT * (2.0 * s.Hk * kD * 2 + s.Hv * kD * 2 + s.Hv * 4 + s.Hv * 2);
   double const o_bytes = kT * s.Hv * kD * 2.0;
   std::string const shape = std::to_string(s.examples) + "x" + std::to_string(len) + " Hk=" + std::to_string(s.Hk) +

@@ -79,8 +79,8 @@ void allow_smem(Kernel kernel, std::size_t bytes) {  // per call: the attribute 
 // An H100/H200 block may have 227 KB of shared memory; the recurrence and the per-chunk kernel run one block per SM.
 constexpr std::size_t kMaxBlockSmem = 227 * 1024;
 static_assert(StateSmem<float, 128, 8>::kBytes <= kMaxBlockSmem &&
-              StateSmem<__nv_bfloat16, 128, 8>::kBytes <= kMaxBlockSmem && chunk_smem_bytes<128, 128>() <= kMaxBlockSmem &&
-              ChunkMmaSmem<__half, 128, 128>::kBytes <= kMaxBlockSmem);
+              StateSmem<__nv_bfloat16, 128, 8>::kBytes <= kMaxBlockSmem);
+static_assert(chunk_smem_bytes<128, 128>() <= kMaxBlockSmem && ChunkMmaSmem<__half, 128, 128>::kBytes <= kMaxBlockSmem);
 
 template <typename T, int K, int kBWarps>
 void launch_state(GatedDeltaBwdParams const& p, __nv_bfloat16 const* P_planes, float const* rec, float* dh, float* y,

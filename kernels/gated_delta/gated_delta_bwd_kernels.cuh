@@ -1323,7 +1323,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           int const i = m0 + g + 8 * (e >> 1), kc = col0(2 * sb + u) + 2 * t4 + (e & 1);
-          float const qv = (scale * rq[i]) * to_float(q_tile[i * kLdK + kc]), kv = rk[i] * to_float(k_tile[i * kLdK + kc]);
+          float const qv = (scale * rq[i]) * to_float(q_tile[i * kLdK + kc]);
+          float const kv = rk[i] * to_float(k_tile[i * kLdK + kc]);
           float const gi = Gam[i], bgi = beta_s[i] * Gam[i], si = s_end[i];
           float const a1 = s1[u][e], a2 = s2[u][e], a3 = s3[u][e];
           dq[2 * sb + u][e] += gi * a1;

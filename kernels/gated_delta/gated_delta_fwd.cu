@@ -106,7 +106,9 @@ void check_shapes(GatedDeltaFwdParams const& p) {
 // With p.save the parts go to p.Ainv instead, which the backward reads.
 int ainv_parts(DType dtype) {
   int const parts = FUSEPACK_DTYPE_SWITCH(dtype, T, [&] { return SplitPolicy<T>::kOrder + 1; });
-  if (parts != gated_delta_ainv_parts(dtype)) throw std::logic_error("gated_delta: Ainv parts disagree with the header");
+  if (parts != gated_delta_ainv_parts(dtype)) {
+    throw std::logic_error("gated_delta: the kernels' Ainv parts disagree with gated_delta_ainv_parts");
+  }
   return parts;
 }
 std::size_t record_bytes(GatedDeltaFwdParams const& p) {

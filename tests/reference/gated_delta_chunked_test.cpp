@@ -50,8 +50,9 @@ struct Inputs {
   Index V() const { return v.size(2); }
 };
 
-// What the forward saves for the backward, laid out as GatedDeltaFwdParams defines it (Ainv: [T, Hv, chunk]). The
-// backward reads all but gcum: like the kernels (which sum in fp64 there), it sums g within the chunk itself.
+// What the forward saves for the backward, laid out as GatedDeltaFwdParams defines it (Ainv: [T, Hv, chunk], the
+// values whose bf16 parts the fused forward saves). The backward reads all but gcum: like the kernels (which sum in
+// fp64 there), it sums g within the chunk itself.
 struct Saved {
   Tensor q_rstd, k_rstd, gcum, Ainv, h, v_new;
 };
