@@ -772,11 +772,13 @@ __device__ __forceinline__ void chunk_dq_dk(GatedDeltaBwdParams const& p, int st
 //   dβ = Σ_j dA Â + v·y − exp(G) k̂·(y hᵀ),
 //   dG = rows − columns of (dP ⊙ P + dA ⊙ A) + the state terms, dg its reverse cumulative sum in the chunk;
 // then, with dq̂ and dk̂ summed over the group in registers, dq and dk: the scale and the l2norm backward
-// dx = rstd (dx̂ − x̂ (x̂·dx̂)), x̂ = rstd·x.
+// dx = rstd (dx̂ − x̂ (x̂·dx̂)), x̂ = rstd·x. This kernel runs fp32 inputs (fp32 tiles, warp_mma's fp64 FMAs);
+// gated_delta_bwd_chunk_mma below is the same computation for 16-bit inputs on the tensor cores.
 template <typename T, int K, int V>
 __global__ void __launch_bounds__(kThreads, 1)
     gated_delta_bwd_chunk(GatedDeltaBwdParams p, __nv_bfloat16 const* P_planes, float const* A_in, float const* dh_in,
                           float const* y_in) {
+  static_assert(std::is_same_v<T, float>, "16-bit inputs run gated_delta_bwd_chunk_mma");
   using S = ChunkSmem<K, V>;
   constexpr int kPF = SplitPolicy<T>::kOrder + 1;
   constexpr int kLdK = S::kLdK, kLdV = S::kLdV, kLdL = S::kLdL;
