@@ -670,6 +670,100 @@ __global__ void __launch_bounds__(kBWarps * 32, 1)
   }
 }
 
+// Warp 0, at the start of the per-chunk kernels: rstd_q and rstd_k of the chunk's rows (0 past len).
+__device__ __forceinline__ void chunk_rstd_rows(GatedDeltaBwdParams const& p, int start, int len, int kh, float* rq,
+                                                float* rk) {
+  int const lane = threadIdx.x & 31;
+#pragma unroll
+  for (int h2 = 0; h2 < 2; ++h2) {
+    int const r = 2 * lane + h2;
+    bool const in = r < len;
+    std::int64_t const t = std::int64_t(start) + r;
+    rq[r] = in ? p.q_rstd[t * p.Hk + kh] : 0.0f;
+    rk[r] = in ? p.k_rstd[t * p.Hk + kh] : 0.0f;
+  }
+}
+
+// The per-chunk kernels' fp64 partial sums of dP ⊙ P + dA ⊙ A (E) and dA ⊙ A (F) over the warp's [16 × 32] tile of
+// rows m0.., columns n0..: row sums of E and F (the quad's lanes summed; per column half of the row) and column sums
+// of E (the tile's 8 row groups summed; per row block m0 / 16).
+__device__ __forceinline__ void store_pair_sums(double const (&row_e)[2], double const (&row_f)[2],
+                                                double const (&col_e)[4][2], int m0, int n0, int half, double* rowE,
+                                                double* rowF, double* colE) {
+  int const lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    double const re = sum_over_quad(row_e[hf]), rf = sum_over_quad(row_f[hf]);
+    if (t4 == 0) {
+      rowE[half * kChunk + m0 + g + 8 * hf] = re;
+      rowF[half * kChunk + m0 + g + 8 * hf] = rf;
+    }
+  }
+#pragma unroll
+  for (int jn = 0; jn < 4; ++jn) {
+#pragma unroll
+    for (int b = 0; b < 2; ++b) {
+      double const ce = sum_over_rows(col_e[jn][b]);
+      if (g == 0) colE[(m0 / 16) * kChunk + n0 + 8 * jn + 2 * t4 + b] = ce;
+    }
+  }
+}
+
+// Warp 0, at a value head's start in the per-chunk kernels: G (the fp64 in-chunk cumsum of g), β, e^G and
+// e^{G_last − G} of the chunk's rows (0 past len).
+template <typename T>
+__device__ __forceinline__ void chunk_head_rows(GatedDeltaBwdParams const& p, int start, int len, int j, double* G,
+                                                float* beta, float* Gam, float* s_end) {
+  int const lane = threadIdx.x & 31;
+  ChunkG const cg = chunk_cumsum(p.g, start, len, p.Hv, j);
+#pragma unroll
+  for (int h2 = 0; h2 < 2; ++h2) {
+    int const r = 2 * lane + h2;
+    bool const in = r < len;
+    std::int64_t const t = std::int64_t(start) + r;
+    G[r] = cg.G[h2];
+    beta[r] = in ? to_float(static_cast<T const*>(p.beta)[t * p.Hv + j]) : 0.0f;
+    Gam[r] = in ? expf(float(cg.G[h2])) : 0.0f;
+    s_end[r] = in ? expf(float(cg.last - cg.G[h2])) : 0.0f;
+  }
+}
+
+// One element (row i) of the state terms S1 = do hᵀ, S2 = y hᵀ, S3 = v_new dh_nextᵀ (a1, a2, a3) into dq̂, dk̂ and the fp64
+// sums of dG (s_g), dβ (s_b) and the e^{G_last} term (last); qv = scale·q̂ and kv = k̂ at that element.
+__device__ __forceinline__ void fold_state_term(int i, float const* Gam, float const* beta, float const* s_end, float qv,
+                                                float kv, float a1, float a2, float a3, float& dq, float& dk,
+                                                double& s_g, double& s_b, double& last) {
+  float const gi = Gam[i], bgi = beta[i] * Gam[i], si = s_end[i];
+  dq += gi * a1;
+  dk += si * a3 - bgi * a2;
+  s_g += double(gi * qv * a1) - double(bgi * kv * a2) - double(si * kv * a3);
+  s_b -= double(gi * kv * a2);
+  last += double(si * kv * a3);
+}
+
+// A head's state sums to shared memory: s_g and s_b of the warp's rows m0 + lane/4 (+ 8) summed over the quad, apart
+// per column half of the row; last and hd per warp. Ends with a barrier.
+__device__ __forceinline__ void store_state_sums(double const (&s_g)[2], double const (&s_b)[2], double last, double hd,
+                                                 int m0, int half, double* rowS, double* rowB, double* last_s,
+                                                 double* hd_s) {
+  int const warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    double const sg = sum_over_quad(s_g[hf]), sbv = sum_over_quad(s_b[hf]);
+    if (t4 == 0) {
+      rowS[half * kChunk + m0 + g + 8 * hf] = sg;
+      rowB[half * kChunk + m0 + g + 8 * hf] = sbv;
+    }
+  }
+  last = sum_over_warp(last);
+  hd = sum_over_warp(hd);
+  if (lane == 0) {
+    last_s[warp] = last;
+    hd_s[warp] = hd;
+  }
+  __syncthreads();
+}
+
 // The end of a value head's step in the per-chunk kernels, from the per-row partial sums in shared memory (fp64):
 // dG_i = rows − columns of (dP ⊙ P + dA ⊙ A) + the state terms (+ the e^{G_last} terms at the last row), dβ out, then
 // dg, the reverse cumulative sum of dG in the chunk. The whole block takes part; ends with a barrier (the next head
@@ -797,16 +891,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   int const start = p.chunks[c], len = p.chunks[p.NC + c];
   int const tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
   auto const* v = static_cast<T const*>(p.v);
-  if (warp == 0) {
-#pragma unroll
-    for (int h2 = 0; h2 < 2; ++h2) {
-      int const r = 2 * lane + h2;
-      bool const in = r < len;
-      std::int64_t const t = std::int64_t(start) + r;
-      rq[r] = in ? p.q_rstd[t * p.Hk + kh] : 0.0f;
-      rk[r] = in ? p.k_rstd[t * p.Hk + kh] : 0.0f;
-    }
-  }
+  if (warp == 0) chunk_rstd_rows(p, start, len, kh, rq, rk);
   __syncthreads();
   std::int64_t const qk0 = (std::int64_t(start) * p.Hk + kh) * K, qk_stride = std::int64_t(p.Hk) * K;
   float const scale = p.scale;
@@ -821,19 +906,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   zero(dk);
   for (int jj = 0; jj < group; ++jj) {
     int const j = kh * group + jj;
-    if (warp == 0) {
-      ChunkG const cg = chunk_cumsum(p.g, start, len, p.Hv, j);
-#pragma unroll
-      for (int h2 = 0; h2 < 2; ++h2) {
-        int const r = 2 * lane + h2;
-        bool const in = r < len;
-        std::int64_t const t = std::int64_t(start) + r;
-        G[r] = cg.G[h2];
-        beta_s[r] = in ? to_float(static_cast<T const*>(p.beta)[t * p.Hv + j]) : 0.0f;
-        Gam[r] = in ? expf(float(cg.G[h2])) : 0.0f;
-        s_end[r] = in ? expf(float(cg.last - cg.G[h2])) : 0.0f;
-      }
-    }
+    if (warp == 0) chunk_head_rows<T>(p, start, len, j, G, beta_s, Gam, s_end);
     std::int64_t const tv0 = (std::int64_t(start) * p.Hv + j) * V, tv_stride = std::int64_t(p.Hv) * V;
     load_tile(do_s, kLdV, static_cast<T const*>(p.dout) + tv0, tv_stride, kChunk, V, len, V, Unit{});
     load_tile(y_s, kLdV, y_in + tv0, tv_stride, kChunk, V, len, V, Unit{});
@@ -888,22 +961,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           col_e[jn][e & 1] += E;
         }
       }
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        double const re = sum_over_quad(row_e[half]), rf = sum_over_quad(row_f[half]);
-        if (t4 == 0) {
-          rowE[(warp & 1) * kChunk + m0 + g + 8 * half] = re;
-          rowF[(warp & 1) * kChunk + m0 + g + 8 * half] = rf;
-        }
-      }
-#pragma unroll
-      for (int jn = 0; jn < 4; ++jn) {
-#pragma unroll
-        for (int b = 0; b < 2; ++b) {
-          double const ce = sum_over_rows(col_e[jn][b]);
-          if (g == 0) colE[(warp >> 1) * kChunk + n0 + 8 * jn + 2 * t4 + b] = ce;
-        }
-      }
+      store_pair_sums(row_e, row_f, col_e, m0, n0, warp & 1, rowE, rowF, colE);
     }
     __syncthreads();
 
@@ -954,34 +1012,14 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           int const i = m0 + g + 8 * (e >> 1), kc = sb * kSlab + nb + 16 * j2 + 2 * t4 + (e & 1);
-          float const qv = q_s[i * kLdK + kc], kv = k_s[i * kLdK + kc];
-          float const gi = Gam[i], bgi = beta_s[i] * Gam[i], si = s_end[i];
-          float const a1 = s1[0][j2][e], a2 = s2[0][j2][e], a3 = s3[0][j2][e];
-          dq[0][2 * sb + j2][e] += gi * a1;
-          dk[0][2 * sb + j2][e] += si * a3 - bgi * a2;
-          s_g[e >> 1] += double(gi * qv * a1) - double(bgi * kv * a2) - double(si * kv * a3);
-          s_b[e >> 1] -= double(gi * kv * a2);
-          last += double(si * kv * a3);
+          fold_state_term(i, Gam, beta_s, s_end, q_s[i * kLdK + kc], k_s[i * kLdK + kc], s1[0][j2][e], s2[0][j2][e],
+                          s3[0][j2][e], dq[0][2 * sb + j2][e], dk[0][2 * sb + j2][e], s_g[e >> 1], s_b[e >> 1], last);
         }
       }
       __syncthreads();
     }
 
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      double const sg = sum_over_quad(s_g[half]), sbv = sum_over_quad(s_b[half]);
-      if (t4 == 0) {
-        rowS[(warp & 1) * kChunk + m0 + g + 8 * half] = sg;
-        rowB[(warp & 1) * kChunk + m0 + g + 8 * half] = sbv;
-      }
-    }
-    last = sum_over_warp(last);
-    hd = sum_over_warp(hd);
-    if (lane == 0) {
-      last_s[warp] = last;
-      hd_s[warp] = hd;
-    }
-    __syncthreads();
+    store_state_sums(s_g, s_b, last, hd, m0, warp & 1, rowS, rowB, last_s, hd_s);
 
     chunk_dg_dbeta<T>(p, start, len, j, rowE, rowF, colE, rowS, rowB, dG_s, last_s, hd_s, Gam, vy);
   }
@@ -1066,16 +1104,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     cp_async_commit();
   }
-  if (warp == 0) {
-#pragma unroll
-    for (int h2 = 0; h2 < 2; ++h2) {
-      int const r = 2 * lane + h2;
-      bool const in = r < len;
-      std::int64_t const t = std::int64_t(start) + r;
-      rq[r] = in ? p.q_rstd[t * p.Hk + kh] : 0.0f;
-      rk[r] = in ? p.k_rstd[t * p.Hk + kh] : 0.0f;
-    }
-  }
+  if (warp == 0) chunk_rstd_rows(p, start, len, kh, rq, rk);
 
   // dq̂, dk̂ [64 × K], summed over the group in registers: warp w owns rows 16·(w/2).. and, in every 32 columns, the
   // 16 starting at 16·(w%2): tile nt covers columns col0(nt) = 32·(nt/2) + 16·(w%2) + 8·(nt%2).
@@ -1134,19 +1163,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
     }
-    if (warp == 0) {
-      ChunkG const cg = chunk_cumsum(p.g, start, len, p.Hv, j);
-#pragma unroll
-      for (int h2 = 0; h2 < 2; ++h2) {
-        int const r = 2 * lane + h2;
-        bool const in = r < len;
-        std::int64_t const t = std::int64_t(start) + r;
-        G[r] = cg.G[h2];
-        beta_s[r] = in ? to_float(static_cast<T const*>(p.beta)[t * p.Hv + j]) : 0.0f;
-        Gam[r] = in ? expf(float(cg.G[h2])) : 0.0f;
-        s_end[r] = in ? expf(float(cg.last - cg.G[h2])) : 0.0f;
-      }
-    }
+    if (warp == 0) chunk_head_rows<T>(p, start, len, j, G, beta_s, Gam, s_end);
     float const* h_c = p.h + (std::int64_t(c) * p.Hv + j) * K * V;
     float const* dhn_c = dh_in + (std::int64_t(c) * p.Hv + j) * K * V;
     StagedTile<float, kSlab, V> next_h, next_dh;  // in flight from here to the first state step
@@ -1219,22 +1236,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
         }
       }
-#pragma unroll
-      for (int hf = 0; hf < 2; ++hf) {
-        double const re = sum_over_quad(row_e[hf]), rf = sum_over_quad(row_f[hf]);
-        if (t4 == 0) {
-          rowE[half_w * kChunk + m0 + g + 8 * hf] = re;
-          rowF[half_w * kChunk + m0 + g + 8 * hf] = rf;
-        }
-      }
-#pragma unroll
-      for (int jn = 0; jn < 4; ++jn) {
-#pragma unroll
-        for (int b = 0; b < 2; ++b) {
-          double const ce = sum_over_rows(col_e[jn][b]);
-          if (g == 0) colE[(warp >> 1) * kChunk + n0 + 8 * jn + 2 * t4 + b] = ce;
-        }
-      }
+      store_pair_sums(row_e, row_f, col_e, m0, n0, half_w, rowE, rowF, colE);
     }
     __syncthreads();
 
@@ -1327,33 +1329,14 @@ __global__ void __launch_bounds__(kThreads, 1)
           int const i = m0 + g + 8 * (e >> 1), kc = col0(2 * sb + u) + 2 * t4 + (e & 1);
           float const qv = (scale * rq[i]) * to_float(q_tile[i * kLdK + kc]);
           float const kv = rk[i] * to_float(k_tile[i * kLdK + kc]);
-          float const gi = Gam[i], bgi = beta_s[i] * Gam[i], si = s_end[i];
-          float const a1 = s1[u][e], a2 = s2[u][e], a3 = s3[u][e];
-          dq[2 * sb + u][e] += gi * a1;
-          dk[2 * sb + u][e] += si * a3 - bgi * a2;
-          s_g[e >> 1] += double(gi * qv * a1) - double(bgi * kv * a2) - double(si * kv * a3);
-          s_b[e >> 1] -= double(gi * kv * a2);
-          last += double(si * kv * a3);
+          fold_state_term(i, Gam, beta_s, s_end, qv, kv, s1[u][e], s2[u][e], s3[u][e], dq[2 * sb + u][e],
+                          dk[2 * sb + u][e], s_g[e >> 1], s_b[e >> 1], last);
         }
       }
       __syncthreads();
     }
 
-#pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
-      double const sg = sum_over_quad(s_g[hf]), sbv = sum_over_quad(s_b[hf]);
-      if (t4 == 0) {
-        rowS[half_w * kChunk + m0 + g + 8 * hf] = sg;
-        rowB[half_w * kChunk + m0 + g + 8 * hf] = sbv;
-      }
-    }
-    last = sum_over_warp(last);
-    hd = sum_over_warp(hd);
-    if (lane == 0) {
-      last_s[warp] = last;
-      hd_s[warp] = hd;
-    }
-    __syncthreads();
+    store_state_sums(s_g, s_b, last, hd, m0, half_w, rowS, rowB, last_s, hd_s);
     chunk_dg_dbeta<T>(p, start, len, j, rowE, rowF, colE, rowS, rowB, dG_s, last_s, hd_s, Gam, vy);
   }
   chunk_dq_dk<T, K>(p, start, len, kh, m0, half_w, col0, dq, dk, [&](int i, int col) {

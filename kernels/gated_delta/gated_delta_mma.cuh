@@ -202,6 +202,30 @@ __device__ __forceinline__ void load_b_cols(E const* tile, int ld, int n0, int k
   }
 }
 
+// The B fragments of two neighbouring n tiles from the four words of an x4 ldmatrix (words 0, 1: b0; 2, 3: b1), each
+// word as P parts.
+template <int P>
+__device__ __forceinline__ void b_pair_from_words(std::uint32_t const (&w)[4][P], std::uint32_t (&b0)[P][2],
+                                                  std::uint32_t (&b1)[P][2]) {
+#pragma unroll
+  for (int i = 0; i < P; ++i) {
+    b0[i][0] = w[0][i];
+    b0[i][1] = w[1][i];
+    b1[i][0] = w[2][i];
+    b1[i][1] = w[3][i];
+  }
+}
+
+// The same from the words of 16-bit elements of type E, split into P parts.
+template <typename E, int P>
+__device__ __forceinline__ void b_pair_from_x4(std::uint32_t const (&q)[4], std::uint32_t (&b0)[P][2],
+                                               std::uint32_t (&b1)[P][2]) {
+  std::uint32_t w[4][P];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) parts_of_word<E, P>(q[j], w[j]);
+  b_pair_from_words<P>(w, b0, b1);
+}
+
 // B fragments of two neighbouring n tiles (n0..n0+7 into b0, n0+8..n0+15 into b1; k rows k0..k0+15) of
 // B[k][n] = tile[n][k]: one ldmatrix for 16-bit elements.
 template <typename E, int P>
@@ -211,16 +235,7 @@ __device__ __forceinline__ void load_b_cols_x2(E const* tile, int ld, int n0, in
     int const m = lane >> 3, r = lane & 7;
     std::uint32_t q[4];
     ldmatrix_x4(q, tile + (n0 + r + 8 * (m >> 1)) * ld + k0 + 8 * (m & 1));
-    std::uint32_t w[4][P];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) parts_of_word<E, P>(q[j], w[j]);
-#pragma unroll
-    for (int i = 0; i < P; ++i) {
-      b0[i][0] = w[0][i];
-      b0[i][1] = w[1][i];
-      b1[i][0] = w[2][i];
-      b1[i][1] = w[3][i];
-    }
+    b_pair_from_x4<E, P>(q, b0, b1);
   } else {
     load_b_cols<E, P>(tile, ld, n0, k0, lane, b0);
     load_b_cols<E, P>(tile, ld, n0 + 8, k0, lane, b1);
@@ -244,15 +259,15 @@ template <int P>
 __device__ __forceinline__ void load_b_planes_cols_x2(__nv_bfloat16 const* planes, int stride, int ld, int n0, int k0,
                                                       int lane, std::uint32_t (&b0)[P][2], std::uint32_t (&b1)[P][2]) {
   int const m = lane >> 3, r = lane & 7;
+  std::uint32_t w[4][P];
 #pragma unroll
   for (int i = 0; i < P; ++i) {
     std::uint32_t q[4];
     ldmatrix_x4(q, planes + i * stride + (n0 + r + 8 * (m >> 1)) * ld + k0 + 8 * (m & 1));
-    b0[i][0] = q[0];
-    b0[i][1] = q[1];
-    b1[i][0] = q[2];
-    b1[i][1] = q[3];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) w[j][i] = q[j];
   }
+  b_pair_from_words<P>(w, b0, b1);
 }
 
 // The same from [P][64][kLdSq] planes (one [64, 64] matrix per part).
@@ -268,15 +283,15 @@ template <int P>
 __device__ __forceinline__ void load_b_planes_rows_x2(__nv_bfloat16 const* planes, int stride, int ld, int k0, int n0,
                                                       int lane, std::uint32_t (&b0)[P][2], std::uint32_t (&b1)[P][2]) {
   int const m = lane >> 3, r = lane & 7;
+  std::uint32_t w[4][P];
 #pragma unroll
   for (int i = 0; i < P; ++i) {
     std::uint32_t q[4];
     ldmatrix_x4_trans(q, planes + i * stride + (k0 + r + 8 * (m & 1)) * ld + n0 + 8 * (m >> 1));
-    b0[i][0] = q[0];
-    b0[i][1] = q[1];
-    b1[i][0] = q[2];
-    b1[i][1] = q[3];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) w[j][i] = q[j];
   }
+  b_pair_from_words<P>(w, b0, b1);
 }
 
 // B fragments of two neighbouring n tiles (n0..n0+7 into b0, n0+8..n0+15 into b1; k rows k0..k0+15) of
@@ -288,16 +303,7 @@ __device__ __forceinline__ void load_b_rows_x2(E const* tile, int ld, int k0, in
     int const m = lane >> 3, r = lane & 7;
     std::uint32_t q[4];
     ldmatrix_x4_trans(q, tile + (k0 + r + 8 * (m & 1)) * ld + n0 + 8 * (m >> 1));
-    std::uint32_t w[4][P];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) parts_of_word<E, P>(q[j], w[j]);
-#pragma unroll
-    for (int i = 0; i < P; ++i) {
-      b0[i][0] = w[0][i];
-      b0[i][1] = w[1][i];
-      b1[i][0] = w[2][i];
-      b1[i][1] = w[3][i];
-    }
+    b_pair_from_x4<E, P>(q, b0, b1);
   } else {
     int const g = lane >> 2, t = lane & 3;
     E const* c = tile + (k0 + 2 * t) * ld + n0 + g;
@@ -306,13 +312,7 @@ __device__ __forceinline__ void load_b_rows_x2(E const* tile, int ld, int k0, in
     split_pair<P>(c[8 * ld], c[9 * ld], w[1]);
     split_pair<P>(c[8], c[ld + 8], w[2]);
     split_pair<P>(c[8 * ld + 8], c[9 * ld + 8], w[3]);
-#pragma unroll
-    for (int i = 0; i < P; ++i) {
-      b0[i][0] = w[0][i];
-      b0[i][1] = w[1][i];
-      b1[i][0] = w[2][i];
-      b1[i][1] = w[3][i];
-    }
+    b_pair_from_words<P>(w, b0, b1);
   }
 }
 
