@@ -337,7 +337,7 @@ TEST_P(GatedDeltaFused, MatchesReference) {
 INSTANTIATE_TEST_SUITE_P(
     Sm90, GatedDeltaFused,
     ::testing::Combine(
-        ::testing::Values(Dtype::kBF16, Dtype::kF32),
+        ::testing::Values(Dtype::kBF16, Dtype::kF32, Dtype::kF16),
         ::testing::Values(
             // Qwen3.5-9B/35B heads at the benchmark's 8192 tokens, packed and as one example
             GatedDeltaCase{"hk16_hv32_8x1024_state_dfinal", std::vector<int>(8, 1024), 16, 32, 128, 128, true, true,
@@ -358,7 +358,11 @@ INSTANTIATE_TEST_SUITE_P(
             GatedDeltaCase{"one_example_1000_hk1_hv2", {1000}, 1, 2, 128, 128},
             GatedDeltaCase{"no_l2norm_seqs_17_64_1", {17, 64, 1}, 2, 4, 128, 128, false},
             GatedDeltaCase{"strong_decay_seqs_130_65_state_dfinal", {130, 65}, 2, 4, 128, 128, true, true, true,
-                           -4.0})),
+                           -4.0},
+            // K = V = 64, the other head size the kernels are compiled for (the qwen35-tiny64 preset's)
+            GatedDeltaCase{"k64_hk2_hv4_seqs_1_63_64_65_130_state_dfinal", {1, 63, 64, 65, 130}, 2, 4, 64, 64, true,
+                           true, true},
+            GatedDeltaCase{"k64_gqa3_hk2_hv6_seqs_100_64_300", {100, 64, 300}, 2, 6, 64, 64})),
     [](auto const& tc) {
       return std::string(dtype_name(std::get<0>(tc.param))) + "_" + std::get<1>(tc.param).name;
     });
