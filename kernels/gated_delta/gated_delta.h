@@ -73,7 +73,8 @@ struct GatedDeltaBwdParams : GatedDeltaFwdParams {
   void* workspace = nullptr;              // gated_delta_bwd_workspace_bytes(p) bytes, 256-byte aligned
 };
 
-// Bytes of the device workspace each pass needs (0 allowed); a function of the shapes and the dtype only.
+// Bytes of the device workspace each pass needs (0 allowed); a function of the shapes, the dtype and (forward) of
+// p.save only.
 std::size_t gated_delta_fwd_workspace_bytes(GatedDeltaFwdParams const& p);
 std::size_t gated_delta_bwd_workspace_bytes(GatedDeltaBwdParams const& p);
 

@@ -103,7 +103,7 @@ void check_shapes(GatedDeltaFwdParams const& p) {
 
 // Workspace: the token records [T, Hv, kRecord] fp32, then (I + A)^-1 as bf16 parts [T, Hv, parts, 64] (parts = 2
 // for bf16/fp16 runs, 3 for fp32 runs: the recurrence's tensor-core operand); each part starts on a 256-byte boundary.
-// With p.save the parts go to p.Ainv instead, which the backward reads.
+// With p.save the parts go to p.Ainv instead, which the backward reads, and the workspace holds the records only.
 int ainv_parts(DType dtype) {
   int const parts = FUSEPACK_DTYPE_SWITCH(dtype, T, [&] { return SplitPolicy<T>::kOrder + 1; });
   if (parts != gated_delta_ainv_parts(dtype)) {
@@ -268,7 +268,7 @@ void launch_recurrence(GatedDeltaFwdParams const& p, float const* rec, __nv_bflo
 std::size_t gated_delta_fwd_workspace_bytes(GatedDeltaFwdParams const& p) {
   check_shapes(p);
   if (p.T == 0) return 0;
-  return record_bytes(p) + ainv_plane_bytes(p);
+  return record_bytes(p) + (p.save ? 0 : ainv_plane_bytes(p));
 }
 
 void run_gated_delta_fwd(GatedDeltaFwdParams const& p, void* workspace, cudaStream_t stream) {
