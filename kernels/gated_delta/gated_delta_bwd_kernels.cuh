@@ -730,15 +730,18 @@ __device__ __forceinline__ void chunk_head_rows(GatedDeltaBwdParams const& p, in
 
 // One element (row i) of the state terms S1 = do hᵀ, S2 = y hᵀ, S3 = v_new dh_nextᵀ (a1, a2, a3) into dq̂, dk̂ and the fp64
 // sums of dG (s_g), dβ (s_b) and the e^{G_last} term (last); qv = scale·q̂ and kv = k̂ at that element.
+// Acc: double in the fp32 kernel; float in the 16-bit one, which adds a slab's few terms in fp32 and carries the
+// sums across slabs in fp64.
+template <typename Acc>
 __device__ __forceinline__ void fold_state_term(int i, float const* Gam, float const* beta, float const* s_end, float qv,
                                                 float kv, float a1, float a2, float a3, float& dq, float& dk,
-                                                double& s_g, double& s_b, double& last) {
+                                                Acc& s_g, Acc& s_b, Acc& last) {
   float const gi = Gam[i], bgi = beta[i] * Gam[i], si = s_end[i];
   dq += gi * a1;
   dk += si * a3 - bgi * a2;
-  s_g += double(gi * qv * a1) - double(bgi * kv * a2) - double(si * kv * a3);
-  s_b -= double(gi * kv * a2);
-  last += double(si * kv * a3);
+  s_g += Acc(gi * qv * a1) - Acc(bgi * kv * a2) - Acc(si * kv * a3);
+  s_b -= Acc(gi * kv * a2);
+  last += Acc(si * kv * a3);
 }
 
 // A head's state sums to shared memory: s_g and s_b of the warp's rows m0 + lane/4 (+ 8) summed over the quad, apart
@@ -1125,7 +1128,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       cp_async_commit();
       // 4 columns per thread, V/4 consecutive lanes per row, kBatch rows' loads in flight at once; v·y of each row
       // (its V/4 lanes' partial dots, butterfly-summed) on the way.
-      constexpr int kIters = kChunk * V / 4 / kThreads, kBatch = 4;
+      constexpr int kIters = kChunk * V / 4 / kThreads, kBatch = kIters;
       static_assert(kIters % kBatch == 0 && (V / 4) <= 32 && 32 % (V / 4) == 0, "rows of whole lane groups");
 #pragma unroll
       for (int b0 = 0; b0 < kIters; b0 += kBatch) {
@@ -1174,6 +1177,23 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     {  // D1 = do v_newᵀ, D2 = y v_newᵀ on [64 × 64]: warp w owns rows m0.., columns 32·(w%2)..
       int const n0 = 32 * half_w;
+      // P (its parts) and A at the warp's accumulator elements, loaded ahead of the products
+      __nv_bfloat16 const* P_c = P_planes + (std::int64_t(c) * p.Hv + j) * kPF * kChunk * kChunk;
+      float const* A_c = A_in + (std::int64_t(c) * p.Hv + j) * kChunk * kChunk;
+      std::uint32_t P_w[4][2][kPF];
+      float2 A_w[4][2];
+#pragma unroll
+      for (int jn = 0; jn < 4; ++jn) {
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+          int const i = m0 + g + 8 * hf, col = n0 + 8 * jn + 2 * t4;
+#pragma unroll
+          for (int part = 0; part < kPF; ++part) {
+            P_w[jn][hf][part] = *reinterpret_cast<std::uint32_t const*>(P_c + (part * kChunk + i) * kChunk + col);
+          }
+          A_w[jn][hf] = *reinterpret_cast<float2 const*>(A_c + i * kChunk + col);
+        }
+      }
       float d1[4][4] = {}, d2[4][4] = {};
 #pragma unroll
       for (int ks = 0; ks < V / 16; ++ks) {
@@ -1190,8 +1210,6 @@ __global__ void __launch_bounds__(kThreads, 1)
           mma_split<kOrder>(d2[2 * np + 1], a_y, b1);
         }
       }
-      __nv_bfloat16 const* P_c = P_planes + (std::int64_t(c) * p.Hv + j) * kPF * kChunk * kChunk;
-      float const* A_c = A_in + (std::int64_t(c) * p.Hv + j) * kChunk * kChunk;
       double row_e[2] = {0.0, 0.0}, row_f[2] = {0.0, 0.0}, col_e[4][2];
 #pragma unroll
       for (int jn = 0; jn < 4; ++jn) {
@@ -1205,8 +1223,8 @@ __global__ void __launch_bounds__(kThreads, 1)
             int const e = 2 * hf + b, cc = col + b;
             float P_ij = 0.0f;
 #pragma unroll
-            for (int part = 0; part < kPF; ++part) P_ij += __bfloat162float(P_c[(part * kChunk + i) * kChunk + cc]);
-            float const A_ij = A_c[i * kChunk + cc];
+            for (int part = 0; part < kPF; ++part) P_ij += __uint_as_float((P_w[jn][hf][part] >> (16 * b)) << 16);
+            float const A_ij = b == 0 ? A_w[jn][hf].x : A_w[jn][hf].y;
             float const decay = cc <= i && i < len ? expf(float(G[i] - G[cc])) : 0.0f;
             float const dA = cc < i ? -d2[jn][e] : 0.0f;
             float const M1 = d1[jn][e] * decay, Bm = beta_s[i] * dA * decay;
@@ -1281,10 +1299,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     double hd = 0.0, last = 0.0, s_g[2] = {0.0, 0.0}, s_b[2] = {0.0, 0.0};
 #pragma unroll
     for (int sb = 0; sb < K / kSlab; ++sb) {
+      {
+        float hs = 0.0f;  // the thread's share of the slab, added in fp32, then to the head's fp64 sum
 #pragma unroll
-      for (int u = 0; u < decltype(next_h)::kPer; ++u) {
+        for (int u = 0; u < decltype(next_h)::kPer; ++u) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) hd += double(next_h.v[u][e] * next_dh.v[u][e]);
+          for (int e = 0; e < 4; ++e) hs += next_h.v[u][e] * next_dh.v[u][e];
+        }
+        hd += double(hs);
       }
 #pragma unroll
       for (int u = 0; u < decltype(next_h)::kPer; ++u) {  // the staged slab rows as planes
@@ -1322,6 +1344,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         mma_split<kOrder>(s3[0], a_vn, bd0);
         mma_split<kOrder>(s3[1], a_vn, bd1);
       }
+      float sg_f[2] = {0.0f, 0.0f}, sb_f[2] = {0.0f, 0.0f}, last_f = 0.0f;
 #pragma unroll
       for (int u = 0; u < 2; ++u) {
 #pragma unroll
@@ -1330,9 +1353,15 @@ __global__ void __launch_bounds__(kThreads, 1)
           float const qv = (scale * rq[i]) * to_float(q_tile[i * kLdK + kc]);
           float const kv = rk[i] * to_float(k_tile[i * kLdK + kc]);
           fold_state_term(i, Gam, beta_s, s_end, qv, kv, s1[u][e], s2[u][e], s3[u][e], dq[2 * sb + u][e],
-                          dk[2 * sb + u][e], s_g[e >> 1], s_b[e >> 1], last);
+                          dk[2 * sb + u][e], sg_f[e >> 1], sb_f[e >> 1], last_f);
         }
       }
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        s_g[hf] += double(sg_f[hf]);
+        s_b[hf] += double(sb_f[hf]);
+      }
+      last += double(last_f);
       __syncthreads();
     }
 
