@@ -51,7 +51,7 @@ struct GatedDeltaFwdParams {
                                   // chunk's (I + A)^-1 (lower unit-triangular) as bf16 parts (x = Σ parts, to ~2^-16
                                   // relative for 2 parts, fp32 accuracy for 3), columns j = 0..chunk_len-1 of the
                                   // chunk; the rest zero
-  float* h = nullptr;       // [NC, Hv, K, V] state at the start of every chunk
+  float* h = nullptr;       // [NC, Hv, V, K] state at the start of every chunk, transposed (hᵀ, as the kernels hold it)
   float* v_new = nullptr;   // [T, Hv, V] u − w·h, the chunk's corrected values
   std::int64_t T = 0;
   int Hk = 0, Hv = 0, K = 128, V = 128;  // Hv % Hk == 0; value head j reads key head j / (Hv / Hk)

@@ -261,8 +261,8 @@ struct IntraSmem {
 };
 template <int K, int V>
 struct ChunkSmem {
-  static constexpr int kLdK = K + 8, kLdV = V + 4, kLdL = kChunk + 4;
-  static constexpr int kM = 2 * kChunk * kLdL, kH = 2 * kSlab * kLdV;  // dP̃ and B; the h and dh_next slabs
+  static constexpr int kLdK = K + 8, kLdV = V + 4, kLdL = kChunk + 4, kLdS = kSlab + 4;
+  static constexpr int kM = 2 * kChunk * kLdL, kH = 2 * V * kLdS;  // dP̃ and B; the hᵀ and dh_nextᵀ slabs [V][kLdS]
   static constexpr int region = kM > kH ? kM : kH;
   // fp64 first (8-byte aligned), in doubles: G and the partial sums of dG and dβ
   static constexpr int G = 0, rowE = G + kChunk, rowF = rowE + 2 * kChunk, colE = rowF + 2 * kChunk,
@@ -290,7 +290,7 @@ struct BwdWorkspace {
   std::size_t P_planes = 0;  // bf16 [NC, Hv, parts, 64, 64]: P of every chunk, split
   std::size_t A = 0;         // [NC, Hv, 64, 64] Â of every chunk
   std::size_t rec = 0;                 // [T, Hv, kBwdRecord] the recurrence's row scales
-  std::size_t dh = 0;        // [NC, Hv, K, V] dh_next: the gradient of the state leaving every chunk
+  std::size_t dh = 0;        // [NC, Hv, V, K] dh_nextᵀ: the gradient of the state leaving every chunk, transposed
   std::size_t y = 0;         // [T, Hv, V] y = Ainvᵀ dv_new
   std::size_t bytes = 0;
 };
@@ -355,16 +355,13 @@ __global__ void __launch_bounds__(kThreads)
   std::int64_t const row0 = (std::int64_t(start) * p.Hk + kh) * K, stride = std::int64_t(p.Hk) * K;
   if constexpr (sizeof(T) == 2) {  // raw 16-bit tiles (over the fp32 tiles' space), split-bf16 products
     using Pol = SplitPolicy<T>;
-    constexpr int kLdT = K + kLdPad, kVecN = 16 / sizeof(T), kRowVecs = K / kVecN;
+    constexpr int kLdT = K + kLdPad;
     T *const q_t = reinterpret_cast<T*>(q_s), *const k_t = reinterpret_cast<T*>(k_s);
     static_assert(sizeof(T) * kLdT <= sizeof(float) * kLd, "a 16-bit row fits in an fp32 row's space");
-    for (int idx = tid; idx < kChunk * kRowVecs; idx += kThreads) {
-      int const r = idx / kRowVecs, cv = idx % kRowVecs;
-      bool const in = r < len;
-      std::int64_t const off = in ? row0 + r * stride + cv * kVecN : 0;
-      cp_async16(q_t + r * kLdT + cv * kVecN, static_cast<T const*>(p.q) + off, in ? 16 : 0);
-      cp_async16(k_t + r * kLdT + cv * kVecN, static_cast<T const*>(p.k) + off, in ? 16 : 0);
-    }
+    copy_rows_async<kChunk, int(sizeof(T)) * K, kThreads>(q_t, int(sizeof(T)) * kLdT, static_cast<T const*>(p.q) + row0,
+                                                          sizeof(T) * stride, len);
+    copy_rows_async<kChunk, int(sizeof(T)) * K, kThreads>(k_t, int(sizeof(T)) * kLdT, static_cast<T const*>(p.k) + row0,
+                                                          sizeof(T) * stride, len);
     cp_async_commit();
     cp_async_wait_all();
     __syncthreads();
@@ -453,7 +450,6 @@ __global__ void __launch_bounds__(kBWarps * 32, 1)
   using Pol = SplitPolicy<T>;
   constexpr int kBThreads = kBWarps * 32, kBV = Sm::kBV, kStateTiles = K / 8;
   constexpr int kPF = Pol::kOrder + 1, kPR = Pol::kRawParts, kOrder = Pol::kOrder;
-  constexpr int kVecN = 16 / sizeof(T);
   extern __shared__ __align__(16) unsigned char gd_state_smem[];
 
   int const tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
@@ -466,6 +462,7 @@ __global__ void __launch_bounds__(kBWarps * 32, 1)
   int const kh = j / (Hv / Hk);
   int const v0 = vtile * kBV, wc = 16 * warp;  // the block's and the warp's first value column
   int const c_first = p.chunks[3 * p.NC + n], c_end = p.chunks[3 * p.NC + n + 1];
+  std::int64_t const bos = p.cu_seqlens[n], eos = p.cu_seqlens[n + 1];  // chunk c starts at bos + 64·(c − c_first)
   auto const* k = static_cast<T const*>(p.k);
   auto const* q = static_cast<T const*>(p.q);
   auto const* dout = static_cast<T const*>(p.dout);
@@ -487,39 +484,27 @@ __global__ void __launch_bounds__(kBWarps * 32, 1)
   // Chunk c into stage s: k, q rows, the block's do columns, the P and Ainv planes, the records (zeros past L).
   auto issue = [&](int c, int s) {
     unsigned char* base = gd_state_smem + s * Sm::kStage;
-    std::int64_t const t0 = p.chunks[c];
-    int const L = p.chunks[p.NC + c];
-    constexpr int kRowVecs = K / kVecN;
-    for (int idx = tid; idx < kChunk * kRowVecs; idx += kBThreads) {
-      int const r = idx / kRowVecs, cv = idx % kRowVecs;
-      bool const in = r < L;
-      std::int64_t const off = in ? ((t0 + r) * Hk + kh) * K + cv * kVecN : 0;
-      cp_async16(base + Sm::kKTile + sizeof(T) * (r * Sm::kLdK + cv * kVecN), k + off, in ? 16 : 0);
-      cp_async16(base + Sm::kQTile + sizeof(T) * (r * Sm::kLdK + cv * kVecN), q + off, in ? 16 : 0);
+    std::int64_t const t0 = bos + std::int64_t(c - c_first) * kChunk;
+    int const L = static_cast<int>(eos - t0 < kChunk ? eos - t0 : kChunk);
+    constexpr int kRowT = int(sizeof(T)) * K, kLdT = int(sizeof(T)) * Sm::kLdK;
+    copy_rows_async<kChunk, kRowT, kBThreads>(base + Sm::kKTile, kLdT, k + (t0 * Hk + kh) * K, sizeof(T) * Hk * K, L);
+    copy_rows_async<kChunk, kRowT, kBThreads>(base + Sm::kQTile, kLdT, q + (t0 * Hk + kh) * K, sizeof(T) * Hk * K, L);
+    copy_rows_async<kChunk, int(sizeof(T)) * kBV, kBThreads>(base + Sm::kDoTile, int(sizeof(T)) * Sm::kLdV,
+                                                             dout + (t0 * Hv + j) * V + v0, sizeof(T) * Hv * V, L);
+#pragma unroll
+    for (int part = 0; part < kPF; ++part) {
+      constexpr int kRowP = 2 * kChunk, kLdP = 2 * kLdSq;
+      copy_rows_async<kChunk, kRowP, kBThreads>(base + Sm::kPPlanes + 2 * part * kPlane, kLdP,
+                                                P_planes + ((std::int64_t(c) * Hv + j) * kPF + part) * kChunk * kChunk,
+                                                kRowP, kChunk);
+      // the forward writes the rows of Ainv's parts token by token, none past the chunk
+      copy_rows_async<kChunk, kRowP, kBThreads>(base + Sm::kAPlanes + 2 * part * kPlane, kLdP,
+                                                A_planes + ((t0 * Hv + j) * kPF + part) * kChunk,
+                                                2 * std::int64_t(Hv) * kPF * kChunk, L);
     }
-    constexpr int kVVecs = kBV / kVecN;
-    for (int idx = tid; idx < kChunk * kVVecs; idx += kBThreads) {
-      int const r = idx / kVVecs, cv = idx % kVVecs;
-      bool const in = r < L;
-      std::int64_t const off = in ? ((t0 + r) * Hv + j) * V + v0 + cv * kVecN : 0;
-      cp_async16(base + Sm::kDoTile + sizeof(T) * (r * Sm::kLdV + cv * kVecN), dout + off, in ? 16 : 0);
-    }
-    constexpr int kPlaneVecs = kChunk / 8;  // 16-byte vectors per row of a plane
-    std::int64_t const planes0 = (std::int64_t(c) * Hv + j) * kPF * kChunk * kChunk;
-    for (int idx = tid; idx < kPF * kChunk * kPlaneVecs; idx += kBThreads) {
-      int const part = idx / (kChunk * kPlaneVecs), r = (idx / kPlaneVecs) % kChunk, cv = idx % kPlaneVecs;
-      std::size_t const dst = sizeof(__nv_bfloat16) * (part * kPlane + r * kLdSq + 8 * cv);
-      cp_async16(base + Sm::kPPlanes + dst, P_planes + planes0 + (part * kChunk + r) * kChunk + 8 * cv, 16);
-      bool const in = r < L;  // the forward writes the rows of Ainv's parts token by token, none past the chunk
-      std::int64_t const off = in ? (((t0 + r) * Hv + j) * kPF + part) * kChunk + 8 * cv : 0;
-      cp_async16(base + Sm::kAPlanes + dst, A_planes + off, in ? 16 : 0);
-    }
-    for (int idx = tid; idx < kChunk * (kBwdRecord / 4); idx += kBThreads) {
-      int const r = idx / (kBwdRecord / 4), cv = idx % (kBwdRecord / 4);
-      bool const in = r < L;
-      std::int64_t const off = in ? ((t0 + r) * Hv + j) * kBwdRecord + 4 * cv : 0;
-      cp_async16(base + Sm::kRec + sizeof(float) * (r * kBwdRecord + 4 * cv), rec + off, in ? 16 : 0);
-    }
+    copy_rows_async<kChunk, 4 * kBwdRecord, kBThreads>(base + Sm::kRec, 4 * kBwdRecord,
+                                                       rec + (t0 * Hv + j) * kBwdRecord,
+                                                       4 * std::int64_t(Hv) * kBwdRecord, L);
   };
 
   if (c_end > c_first) issue(c_end - 1, 0);
@@ -539,17 +524,17 @@ __global__ void __launch_bounds__(kBWarps * 32, 1)
     auto const* P_s = reinterpret_cast<__nv_bfloat16 const*>(base + Sm::kPPlanes);
     auto const* A_s = reinterpret_cast<__nv_bfloat16 const*>(base + Sm::kAPlanes);
     float const* rec_s = reinterpret_cast<float const*>(base + Sm::kRec);
-    std::int64_t const t0 = p.chunks[c];
-    int const L = p.chunks[p.NC + c];
+    std::int64_t const t0 = bos + std::int64_t(c - c_first) * kChunk;
+    int const L = static_cast<int>(eos - t0 < kChunk ? eos - t0 : kChunk);
     auto const rec_at = [&](int i, int field) { return rec_s[i * kBwdRecord + field]; };
 
-    {  // dh_next of chunk c: the state gradient entering this step
-      std::int64_t const off = (std::int64_t(c) * Hv + j) * K * V + v0 + wc + g;
+    {  // dh_next of chunk c (the state gradient entering this step) as dh_nextᵀ [V][K], pairs adjacent
+      float* const out = dh_out + (std::int64_t(c) * Hv + j) * V * K + (v0 + wc + g) * K + 2 * t;
 #pragma unroll
       for (int nt = 0; nt < kStateTiles; ++nt) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          dh_out[off + std::int64_t(8 * nt + 2 * t + (e & 1)) * V + 8 * (e >> 1)] = dh[nt][e];
+        for (int hf = 0; hf < 2; ++hf) {
+          *reinterpret_cast<float2*>(out + 8 * hf * K + 8 * nt) = make_float2(dh[nt][2 * hf], dh[nt][2 * hf + 1]);
         }
       }
     }
@@ -883,7 +868,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   float* const sm = shared_floats();
   float *const q_s = sm + S::q, *const k_s = sm + S::k, *const do_s = sm + S::dout, *const y_s = sm + S::y,
                *const vn_s = sm + S::v_new, *const M1 = sm + S::R, *const Bm = M1 + kChunk * kLdL,
-               *const h_s = sm + S::R, *const dhn_s = h_s + kSlab * kLdV;
+               *const h_s = sm + S::R, *const dhn_s = h_s + V * S::kLdS;
   float *const beta_s = sm + S::beta, *const Gam = sm + S::Gam, *const s_end = sm + S::s, *const rq = sm + S::rq,
                *const rk = sm + S::rk, *const vy = sm + S::vy, *const dot_s = sm + S::dots;
   double* const dsm = reinterpret_cast<double*>(sm);
@@ -926,9 +911,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     float const* h_c = p.h + (std::int64_t(c) * p.Hv + j) * K * V;
     float const* dhn_c = dh_in + (std::int64_t(c) * p.Hv + j) * K * V;
-    StagedTile<float, kSlab, V> next_h, next_dh;  // in flight from here to the first state step
-    next_h.load(h_c, V, kSlab, V);
-    next_dh.load(dhn_c, V, kSlab, V);
+    StagedTile<float, V, kSlab> next_h, next_dh;  // in flight from here to the first state step
+    next_h.load(h_c, K, V, kSlab);
+    next_dh.load(dhn_c, K, V, kSlab);
 
     {  // D1 = do v_newᵀ, D2 = y v_newᵀ on [64 × 64]: warp w owns rows 16·(w/2).., columns 32·(w%2)..
       int const n0 = 32 * (warp & 1);
@@ -980,7 +965,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         [&](int kk, int col) { return k_s[kk * kLdK + col]; });
     __syncthreads();  // the slabs below overwrite dP̃ and B
 
-    // The state terms, 32 rows of h and dh_next at a time: S1 = do hᵀ, S2 = y hᵀ, S3 = v_new dh_nextᵀ.
+    // The state terms, 32 state rows at a time (column slabs of hᵀ, dh_nextᵀ): S1 = do hᵀ, S2 = y hᵀ,
+    // S3 = v_new dh_nextᵀ.
     double hd = 0.0, last = 0.0, s_g[2] = {0.0, 0.0}, s_b[2] = {0.0, 0.0};
 #pragma unroll
     for (int sb = 0; sb < K / kSlab; ++sb) {
@@ -990,12 +976,12 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int e = 0; e < 4; ++e) hd += double(next_h.v[u][e] * next_dh.v[u][e]);
       }
-      next_h.store(h_s, kLdV);
-      next_dh.store(dhn_s, kLdV);
+      next_h.store(h_s, S::kLdS);
+      next_dh.store(dhn_s, S::kLdS);
       __syncthreads();
       if (sb + 1 < K / kSlab) {
-        next_h.load(h_c + (sb + 1) * kSlab * V, V, kSlab, V);
-        next_dh.load(dhn_c + (sb + 1) * kSlab * V, V, kSlab, V);
+        next_h.load(h_c + (sb + 1) * kSlab, K, V, kSlab);
+        next_dh.load(dhn_c + (sb + 1) * kSlab, K, V, kSlab);
       }
       float s1[1][2][4], s2[1][2][4], s3[1][2][4];
       zero(s1);
@@ -1003,13 +989,13 @@ __global__ void __launch_bounds__(kThreads, 1)
       zero(s3);
       warp_mma<1, 2, V>(
           s1, m0, nb, 16, [&](int r, int kk) { return do_s[r * kLdV + kk]; },
-          [&](int kk, int col) { return h_s[col * kLdV + kk]; });
+          [&](int kk, int col) { return h_s[kk * S::kLdS + col]; });
       warp_mma<1, 2, V>(
           s2, m0, nb, 16, [&](int r, int kk) { return y_s[r * kLdV + kk]; },
-          [&](int kk, int col) { return h_s[col * kLdV + kk]; });
+          [&](int kk, int col) { return h_s[kk * S::kLdS + col]; });
       warp_mma<1, 2, V>(
           s3, m0, nb, 16, [&](int r, int kk) { return vn_s[r * kLdV + kk]; },
-          [&](int kk, int col) { return dhn_s[col * kLdV + kk]; });
+          [&](int kk, int col) { return dhn_s[kk * S::kLdS + col]; });
 #pragma unroll
       for (int j2 = 0; j2 < 2; ++j2) {
 #pragma unroll
@@ -1040,7 +1026,8 @@ struct ChunkMmaSmem {
   static constexpr int kPF = SplitPolicy<T>::kOrder + 1;  // parts of an fp32 intermediate
   static constexpr int kLdK = K + kLdPad, kLdV = V + kLdPad;
   static constexpr int kVPlane = kChunk * kLdV;   // elements of one [64][kLdV] plane
-  static constexpr int kSlabPlane = kSlab * kLdV;  // elements of one [kSlab][kLdV] plane
+  static constexpr int kLdS = kSlab + kLdPad;       // row stride of a slab plane (80 bytes: 8 rows, 8 bank quads)
+  static constexpr int kSlabPlane = V * kLdS;        // elements of one [V][kLdS] plane: a slab of hᵀ or dh_nextᵀ
   // fp64 first: G and the partial sums of dG and dβ, as ChunkSmem
   static constexpr std::size_t kG = 0, kRowE = kG + 8 * kChunk, kRowF = kRowE + 8 * 2 * kChunk,
                                kColE = kRowF + 8 * 2 * kChunk, kRowS = kColE + 8 * 4 * kChunk,
@@ -1056,7 +1043,7 @@ struct ChunkMmaSmem {
   static constexpr std::size_t kYPlanes = align16(kDoTile + sizeof(T) * kChunk * kLdV);  // bf16 [kPF][64][kLdV]
   static constexpr std::size_t kVnPlanes = kYPlanes + 2 * kPF * kVPlane;                // bf16 [kPF][64][kLdV]
   // Then one region, first the four [kPF][64][kLdSq] planes of the dq̂ / dk̂ coefficient matrices (Mq, Mkq, Mkk,
-  // MkkT), later the h and dh_next slabs ([kPF][kSlab][kLdV] each).
+  // MkkT), later the hᵀ and dh_nextᵀ slabs ([kPF][V][kLdS] each).
   static constexpr std::size_t kRegion = kVnPlanes + 2 * kPF * kVPlane;
   static constexpr std::size_t kMPlanes = 2 * 4 * kPF * kPlane, kSlabPlanes = 2 * 2 * kPF * kSlabPlane;
   static constexpr std::size_t kBytes = kRegion + (kMPlanes > kSlabPlanes ? kMPlanes : kSlabPlanes);
@@ -1069,7 +1056,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   using S = ChunkMmaSmem<T, K, V>;
   using Pol = SplitPolicy<T>;
   constexpr int kPF = Pol::kOrder + 1, kPR = Pol::kRawParts, kOrder = Pol::kOrder;
-  constexpr int kLdK = S::kLdK, kLdV = S::kLdV, kVecN = 16 / sizeof(T);
+  constexpr int kLdK = S::kLdK, kLdV = S::kLdV;
   constexpr int kNT = K / 16;  // dq̂ / dk̂ column tiles per warp
   extern __shared__ __align__(16) unsigned char gd_chunk_smem[];
   auto const dbl = [&](std::size_t off) { return reinterpret_cast<double*>(gd_chunk_smem + off); };
@@ -1096,15 +1083,11 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   // The raw q, k rows of the chunk (zeros past len) and their rstd.
   {
-    std::int64_t const qk0 = (std::int64_t(start) * p.Hk + kh) * K;
-    constexpr int kRowVecs = K / kVecN;
-    for (int idx = tid; idx < kChunk * kRowVecs; idx += kThreads) {
-      int const r = idx / kRowVecs, cv = idx % kRowVecs;
-      bool const in = r < len;
-      std::int64_t const off = in ? qk0 + std::int64_t(r) * p.Hk * K + cv * kVecN : 0;
-      cp_async16(q_tile + r * kLdK + cv * kVecN, static_cast<T const*>(p.q) + off, in ? 16 : 0);
-      cp_async16(k_tile + r * kLdK + cv * kVecN, static_cast<T const*>(p.k) + off, in ? 16 : 0);
-    }
+    std::int64_t const qk0 = (std::int64_t(start) * p.Hk + kh) * K, stride = sizeof(T) * std::int64_t(p.Hk) * K;
+    copy_rows_async<kChunk, int(sizeof(T)) * K, kThreads>(q_tile, int(sizeof(T)) * kLdK,
+                                                          static_cast<T const*>(p.q) + qk0, stride, len);
+    copy_rows_async<kChunk, int(sizeof(T)) * K, kThreads>(k_tile, int(sizeof(T)) * kLdK,
+                                                          static_cast<T const*>(p.k) + qk0, stride, len);
     cp_async_commit();
   }
   if (warp == 0) chunk_rstd_rows(p, start, len, kh, rq, rk);
@@ -1118,13 +1101,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     int const j = kh * group + jj;
     std::int64_t const tv0 = (std::int64_t(start) * p.Hv + j) * V, tv_stride = std::int64_t(p.Hv) * V;
     {  // do rows by cp.async, y and v_new as planes of bf16 parts
-      constexpr int kVVecs = V / kVecN;
-      for (int idx = tid; idx < kChunk * kVVecs; idx += kThreads) {
-        int const r = idx / kVVecs, cv = idx % kVVecs;
-        bool const in = r < len;
-        std::int64_t const off = in ? tv0 + r * tv_stride + cv * kVecN : 0;
-        cp_async16(do_tile + r * kLdV + cv * kVecN, static_cast<T const*>(p.dout) + off, in ? 16 : 0);
-      }
+      copy_rows_async<kChunk, int(sizeof(T)) * V, kThreads>(
+          do_tile, int(sizeof(T)) * kLdV, static_cast<T const*>(p.dout) + tv0, sizeof(T) * tv_stride, len);
       cp_async_commit();
       // 4 columns per thread, V/4 consecutive lanes per row, kBatch rows' loads in flight at once; v·y of each row
       // (its V/4 lanes' partial dots, butterfly-summed) on the way.
@@ -1169,9 +1147,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (warp == 0) chunk_head_rows<T>(p, start, len, j, G, beta_s, Gam, s_end);
     float const* h_c = p.h + (std::int64_t(c) * p.Hv + j) * K * V;
     float const* dhn_c = dh_in + (std::int64_t(c) * p.Hv + j) * K * V;
-    StagedTile<float, kSlab, V> next_h, next_dh;  // in flight from here to the first state step
-    next_h.load(h_c, V, kSlab, V);
-    next_dh.load(dhn_c, V, kSlab, V);
+    StagedTile<float, V, kSlab> next_h, next_dh;  // in flight from here to the first state step
+    next_h.load(h_c, K, V, kSlab);
+    next_dh.load(dhn_c, K, V, kSlab);
     cp_async_wait_all();
     __syncthreads();
 
@@ -1294,8 +1272,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     __syncthreads();  // the slabs below overwrite the coefficient planes
 
-    // The state terms, kSlab rows of h and dh_next at a time: S1 = do hᵀ, S2 = y hᵀ, S3 = v_new dh_nextᵀ over the
-    // warp's 16 columns of the slab.
+    // The state terms, kSlab state rows at a time (column slabs of hᵀ, dh_nextᵀ): S1 = do hᵀ, S2 = y hᵀ,
+    // S3 = v_new dh_nextᵀ over the warp's 16 columns of the slab.
     double hd = 0.0, last = 0.0, s_g[2] = {0.0, 0.0}, s_b[2] = {0.0, 0.0};
 #pragma unroll
     for (int sb = 0; sb < K / kSlab; ++sb) {
@@ -1310,7 +1288,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
 #pragma unroll
       for (int u = 0; u < decltype(next_h)::kPer; ++u) {  // the staged slab rows as planes
-        int const idx = tid + u * kThreads, r = idx / (V / 4), c4 = 4 * (idx % (V / 4));
+        int const idx = tid + u * kThreads, r = idx / (kSlab / 4), c4 = 4 * (idx % (kSlab / 4));
         std::uint32_t h0[kPF], h1[kPF], d0w[kPF], d1w[kPF];
         split_pair<kPF>(next_h.v[u][0], next_h.v[u][1], h0);
         split_pair<kPF>(next_h.v[u][2], next_h.v[u][3], h1);
@@ -1318,14 +1296,15 @@ __global__ void __launch_bounds__(kThreads, 1)
         split_pair<kPF>(next_dh.v[u][2], next_dh.v[u][3], d1w);
 #pragma unroll
         for (int part = 0; part < kPF; ++part) {
-          *reinterpret_cast<uint2*>(h_pl + part * S::kSlabPlane + r * kLdV + c4) = make_uint2(h0[part], h1[part]);
-          *reinterpret_cast<uint2*>(dh_pl + part * S::kSlabPlane + r * kLdV + c4) = make_uint2(d0w[part], d1w[part]);
+          *reinterpret_cast<uint2*>(h_pl + part * S::kSlabPlane + r * S::kLdS + c4) = make_uint2(h0[part], h1[part]);
+          *reinterpret_cast<uint2*>(dh_pl + part * S::kSlabPlane + r * S::kLdS + c4) =
+              make_uint2(d0w[part], d1w[part]);
         }
       }
       __syncthreads();
       if (sb + 1 < K / kSlab) {
-        next_h.load(h_c + (sb + 1) * kSlab * V, V, kSlab, V);
-        next_dh.load(dhn_c + (sb + 1) * kSlab * V, V, kSlab, V);
+        next_h.load(h_c + (sb + 1) * kSlab, K, V, kSlab);
+        next_dh.load(dhn_c + (sb + 1) * kSlab, K, V, kSlab);
       }
       float s1[2][4] = {}, s2[2][4] = {}, s3[2][4] = {};
 #pragma unroll
@@ -1335,8 +1314,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         load_a_planes<kPF>(y_pl, S::kVPlane, kLdV, m0, 16 * ks, lane, a_y);
         load_a_planes<kPF>(vn_pl, S::kVPlane, kLdV, m0, 16 * ks, lane, a_vn);
         std::uint32_t bh0[kPF][2], bh1[kPF][2], bd0[kPF][2], bd1[kPF][2];
-        load_b_planes_cols_x2<kPF>(h_pl, S::kSlabPlane, kLdV, 16 * half_w, 16 * ks, lane, bh0, bh1);
-        load_b_planes_cols_x2<kPF>(dh_pl, S::kSlabPlane, kLdV, 16 * half_w, 16 * ks, lane, bd0, bd1);
+        load_b_planes_rows_x2<kPF>(h_pl, S::kSlabPlane, S::kLdS, 16 * ks, 16 * half_w, lane, bh0, bh1);
+        load_b_planes_rows_x2<kPF>(dh_pl, S::kSlabPlane, S::kLdS, 16 * ks, 16 * half_w, lane, bd0, bd1);
         mma_split<kOrder>(s1[0], a_do, bh0);
         mma_split<kOrder>(s1[1], a_do, bh1);
         mma_split<kOrder>(s2[0], a_y, bh0);

@@ -473,35 +473,20 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
     unsigned char* base = gd_smem + s * Sm::kStage;
     std::int64_t const t0 = bos + std::int64_t(it) * kChunk;
     int const L = static_cast<int>(eos - t0 < kChunk ? eos - t0 : kChunk);
-    constexpr int kRowVecs = kK / kVecN;
-    for (int idx = tid; idx < kChunk * kRowVecs; idx += kThreads) {
-      int const r = idx / kRowVecs, cv = idx % kRowVecs;
-      bool const in = r < L;
-      std::int64_t const off = in ? ((t0 + r) * Hk + hk) * kK + cv * kVecN : 0;
-      cp_async16(base + Sm::kKTile + sizeof(T) * (r * Sm::kLdK + cv * kVecN), k + off, in ? 16 : 0);
-      cp_async16(base + Sm::kQTile + sizeof(T) * (r * Sm::kLdK + cv * kVecN), q + off, in ? 16 : 0);
+    constexpr int kRowT = int(sizeof(T)) * kK;
+    std::int64_t const qk0 = (t0 * Hk + hk) * kK, qk_stride = sizeof(T) * std::int64_t(Hk) * kK;
+    copy_rows_async<kChunk, kRowT, kThreads>(base + Sm::kKTile, int(sizeof(T)) * Sm::kLdK, k + qk0, qk_stride, L);
+    copy_rows_async<kChunk, kRowT, kThreads>(base + Sm::kQTile, int(sizeof(T)) * Sm::kLdK, q + qk0, qk_stride, L);
+    copy_rows_async<kChunk, int(sizeof(T)) * kBV, kThreads>(base + Sm::kVTile, int(sizeof(T)) * Sm::kLdV,
+                                                            v + (t0 * Hv + hv) * V + v0, sizeof(T) * Hv * V, L);
+#pragma unroll
+    for (int part = 0; part < kPF; ++part) {
+      copy_rows_async<kChunk, 2 * kChunk, kThreads>(base + Sm::kPlanes + 2 * part * kPlane, 2 * kLdSq,
+                                                    ainv_planes + ((t0 * Hv + hv) * kPF + part) * kChunk,
+                                                    2 * std::int64_t(Hv) * kPF * kChunk, L);
     }
-    constexpr int kVVecs = kBV / kVecN;
-    for (int idx = tid; idx < kChunk * kVVecs; idx += kThreads) {
-      int const r = idx / kVVecs, cv = idx % kVVecs;
-      bool const in = r < L;
-      std::int64_t const off = in ? ((t0 + r) * Hv + hv) * V + v0 + cv * kVecN : 0;
-      cp_async16(base + Sm::kVTile + sizeof(T) * (r * Sm::kLdV + cv * kVecN), v + off, in ? 16 : 0);
-    }
-    constexpr int kPlaneVecs = kChunk / 8;  // 16-byte vectors per row of a plane
-    for (int idx = tid; idx < kChunk * kPF * kPlaneVecs; idx += kThreads) {
-      int const r = idx / (kPF * kPlaneVecs), pc = idx % (kPF * kPlaneVecs), part = pc / kPlaneVecs,
-                cv = pc % kPlaneVecs;
-      bool const in = r < L;
-      std::int64_t const off = in ? (((t0 + r) * Hv + hv) * kPF + part) * kChunk + 8 * cv : 0;
-      cp_async16(base + Sm::kPlanes + 2 * (part * kPlane + r * kLdSq + 8 * cv), ainv_planes + off, in ? 16 : 0);
-    }
-    for (int idx = tid; idx < kChunk * (kRecord / 4); idx += kThreads) {
-      int const r = idx / (kRecord / 4), cv = idx % (kRecord / 4);
-      bool const in = r < L;
-      std::int64_t const off = in ? ((t0 + r) * Hv + hv) * kRecord + 4 * cv : 0;
-      cp_async16(base + Sm::kRec + sizeof(float) * (r * kRecord + 4 * cv), rec + off, in ? 16 : 0);
-    }
+    copy_rows_async<kChunk, 4 * kRecord, kThreads>(base + Sm::kRec, 4 * kRecord, rec + (t0 * Hv + hv) * kRecord,
+                                                   4 * std::int64_t(Hv) * kRecord, L);
   };
 
   if (chunks > 0) issue(0, 0);
@@ -522,14 +507,13 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
     std::int64_t const t0 = bos + std::int64_t(it) * kChunk;
     int const L = static_cast<int>(eos - t0 < kChunk ? eos - t0 : kChunk);
 
-    if (p.save) {  // the state entering the chunk
-      std::int64_t const h_off = (std::int64_t(chunk0 + it) * Hv + hv) * kK * V + v0 + wc + g;
+    if (p.save) {  // the state entering the chunk, as hᵀ [V][K]: the accumulator's pairs are adjacent there
+      float* const h_out = p.h + (std::int64_t(chunk0 + it) * Hv + hv) * V * kK + (v0 + wc + g) * kK + d0 + 2 * t;
 #pragma unroll
       for (int nt = 0; nt < kStateTiles; ++nt) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          int const d = d0 + 8 * nt + 2 * t + (e & 1), vr = 8 * (e >> 1);
-          p.h[h_off + std::int64_t(d) * V + vr] = h[nt][e];
+        for (int hf = 0; hf < 2; ++hf) {
+          *reinterpret_cast<float2*>(h_out + 8 * hf * kK + 8 * nt) = make_float2(h[nt][2 * hf], h[nt][2 * hf + 1]);
         }
       }
     }

@@ -64,6 +64,25 @@ __device__ __forceinline__ void cp_async16(void* smem, void const* gmem, int src
   auto const addr = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(addr), "l"(gmem), "r"(src_bytes) : "memory");
 }
+// kRows rows of kRowBytes bytes (whole 16-byte vectors) global → shared by cp.async over the kThreads threads of the
+// block: global rows `stride` bytes apart from `src`, shared rows `ld` bytes apart from `dst`; rows at or past
+// `valid` are written as zeros (nothing is read for them). Not unrolled: the callers are kernels at the register
+// limit, where a copy's unrolled addresses would spill.
+template <int kRows, int kRowBytes, int kThreads>
+__device__ __forceinline__ void copy_rows_async(void* dst, int ld, void const* src, std::int64_t stride, int valid) {
+  static_assert(kRowBytes % 16 == 0, "whole 16-byte vectors");
+  constexpr int kVecs = kRowBytes / 16, kTotal = kRows * kVecs, kIters = (kTotal + kThreads - 1) / kThreads;
+  int const tid = threadIdx.x;
+#pragma unroll 1
+  for (int u = 0; u < kIters; ++u) {
+    int const idx = tid + u * kThreads;
+    if (kTotal % kThreads != 0 && idx >= kTotal) break;
+    int const r = idx / kVecs, cv = idx % kVecs;
+    bool const in = r < valid;
+    auto const* from = static_cast<unsigned char const*>(src) + (in ? r * stride + 16 * cv : 0);
+    cp_async16(static_cast<unsigned char*>(dst) + r * ld + 16 * cv, from, in ? 16 : 0);
+  }
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 
