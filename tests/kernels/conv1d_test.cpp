@@ -143,7 +143,8 @@ TEST_P(Conv1dFused, MatchesReference) {
 INSTANTIATE_TEST_SUITE_P(
     Sm90, Conv1dFused,
     ::testing::Combine(
-        ::testing::Values(Dtype::kBF16, Dtype::kF32), ::testing::Values(2, 3, 4), ::testing::Values(true, false),
+        ::testing::Values(Dtype::kBF16, Dtype::kF16, Dtype::kF32), ::testing::Values(2, 3, 4),
+        ::testing::Values(true, false),
         ::testing::Values(FusedShape{"c10240_seqs_1_17_1024", 10240, {1, 17, 1024}},  // Qwen3.5-27B conv_dim
                           // examples starting inside runs and ring chunks, on the pack path
                           FusedShape{"c64_seqs_31_33_64_2_129_5", 64, {31, 33, 64, 2, 129, 5}},
@@ -202,7 +203,7 @@ TEST_P(Conv1dFusedNoLeak, PerturbingOneExampleLeavesOthersBitwiseUnchanged) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Sm90, Conv1dFusedNoLeak,
-                         ::testing::Combine(::testing::Values(Dtype::kBF16, Dtype::kF32),
+                         ::testing::Combine(::testing::Values(Dtype::kBF16, Dtype::kF16, Dtype::kF32),
                                             ::testing::Values(int64_t{520}, int64_t{13})),
                          [](auto const& tc) {
                            return std::string(dtype_name(std::get<0>(tc.param))) + "_c" +

@@ -106,7 +106,7 @@ TEST_P(GatedRmsNormFused, MatchesReference) {
 INSTANTIATE_TEST_SUITE_P(
     Sm90, GatedRmsNormFused,
     ::testing::Combine(
-        ::testing::Values(Dtype::kBF16, Dtype::kF32),
+        ::testing::Values(Dtype::kBF16, Dtype::kF16, Dtype::kF32),
         ::testing::Values(
             // Qwen3.5-27B GDN output norm: 48 value heads of head_v_dim 128 (half a warp per row in bf16).
             GatedRmsNormShape{"gdn_t1_h48_d128", {1, 48, 128}}, GatedRmsNormShape{"gdn_t37_h48_d128", {37, 48, 128}},
@@ -131,7 +131,9 @@ TEST(GatedRmsNormFused, MisalignedPointersTakeTheScalarPath) {
     EXPECT_NE(reinterpret_cast<std::uintptr_t>(view.data_ptr()) % 16, 0u);
     return view;
   };
-  for (Dtype dtype : {Dtype::kBF16, Dtype::kF32}) expect_fused_matches_reference(dtype, {37, 48, 128}, misaligned);
+  for (Dtype dtype : {Dtype::kBF16, Dtype::kF16, Dtype::kF32}) {
+    expect_fused_matches_reference(dtype, {37, 48, 128}, misaligned);
+  }
 }
 
 TEST(GatedRmsNormFused, BackwardIsBitwiseDeterministic) {

@@ -149,7 +149,7 @@ TEST_P(RmsNormFused, MatchesReference) {
 INSTANTIATE_TEST_SUITE_P(
     Sm90, RmsNormFused,
     ::testing::Combine(
-        ::testing::Values(Dtype::kBF16, Dtype::kF32),
+        ::testing::Values(Dtype::kBF16, Dtype::kF16, Dtype::kF32),
         ::testing::Values(
             // Qwen3.5-27B: input/post-attention/final norms over hidden 5120 (one row per block).
             RmsNormShape{"layer_t1_d5120", {1, 5120}}, RmsNormShape{"layer_t37_d5120", {37, 5120}},
@@ -181,7 +181,7 @@ TEST(RmsNormFused, MisalignedPointersTakeTheScalarPath) {
     EXPECT_NE(reinterpret_cast<std::uintptr_t>(view.data_ptr()) % 16, 0u);
     return view;
   };
-  for (Dtype dtype : {Dtype::kBF16, Dtype::kF32}) {
+  for (Dtype dtype : {Dtype::kBF16, Dtype::kF16, Dtype::kF32}) {
     expect_fused_matches_reference(dtype, {37, 24, 256}, misaligned);
     expect_fused_matches_reference(dtype, {5, 5120}, misaligned);
   }

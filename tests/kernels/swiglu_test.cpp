@@ -75,7 +75,7 @@ TEST_P(SwiGluFused, MatchesReference) {
 
 INSTANTIATE_TEST_SUITE_P(
     Sm90, SwiGluFused,
-    ::testing::Combine(::testing::Values(Dtype::kBF16, Dtype::kF32),
+    ::testing::Combine(::testing::Values(Dtype::kBF16, Dtype::kF16, Dtype::kF32),
                        ::testing::Values(SwiGluShape{"one_element", 1, 1}, SwiGluShape{"odd_3x1007", 3, 1007},
                                          SwiGluShape{"qwen35_27b_t37_i17408", 37, 17408},
                                          SwiGluShape{"vector_tail_1x13", 1, 13})),
