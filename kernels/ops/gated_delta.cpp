@@ -241,7 +241,7 @@ struct GatedDeltaFunction : torch::autograd::Function<GatedDeltaFunction> {
       gcum = at::empty({T, Hv}, f32);
       Ainv = at::empty({T, Hv, gated_delta_ainv_parts(p.dtype), kGatedDeltaChunk},
                        q.options().dtype(at::kBFloat16));  // bf16 parts of the inverse
-      h = at::empty({NC, Hv, K, V}, f32);
+      h = at::empty({NC, Hv, V, K}, f32);  // the state entering every chunk, transposed (gated_delta.h)
       v_new = at::empty({T, Hv, V}, f32);
       p.save = true;
       p.q_rstd = q_rstd.data_ptr<float>();
