@@ -1104,44 +1104,41 @@ __global__ void __launch_bounds__(kThreads, 1)
       copy_rows_async<kChunk, int(sizeof(T)) * V, kThreads>(
           do_tile, int(sizeof(T)) * kLdV, static_cast<T const*>(p.dout) + tv0, sizeof(T) * tv_stride, len);
       cp_async_commit();
-      // 4 columns per thread, V/4 consecutive lanes per row, kBatch rows' loads in flight at once; v·y of each row
-      // (its V/4 lanes' partial dots, butterfly-summed) on the way.
-      constexpr int kIters = kChunk * V / 4 / kThreads, kBatch = kIters;
-      static_assert(kIters % kBatch == 0 && (V / 4) <= 32 && 32 % (V / 4) == 0, "rows of whole lane groups");
+      // 4 columns per thread, V/4 consecutive lanes per row, every load of the head in flight at once; v·y of each
+      // row (its V/4 lanes' partial dots, butterfly-summed) on the way.
+      constexpr int kIters = kChunk * V / 4 / kThreads;
+      static_assert((V / 4) <= 32 && 32 % (V / 4) == 0, "rows of whole lane groups");
+      float4 yv[kIters], nv[kIters];
+      float vv[kIters][4];
 #pragma unroll
-      for (int b0 = 0; b0 < kIters; b0 += kBatch) {
-        float4 yv[kBatch], nv[kBatch];
-        float vv[kBatch][4];
-#pragma unroll
-        for (int u = 0; u < kBatch; ++u) {
-          int const idx = tid + (b0 + u) * kThreads, r = idx / (V / 4), c4 = 4 * (idx % (V / 4));
-          yv[u] = nv[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-          vv[u][0] = vv[u][1] = vv[u][2] = vv[u][3] = 0.0f;
-          if (r < len) {
-            std::int64_t const off = tv0 + r * tv_stride + c4;
-            yv[u] = *reinterpret_cast<float4 const*>(y_in + off);
-            nv[u] = *reinterpret_cast<float4 const*>(p.v_new + off);
-            load4(v + off, vv[u]);
-          }
+      for (int u = 0; u < kIters; ++u) {
+        int const idx = tid + u * kThreads, r = idx / (V / 4), c4 = 4 * (idx % (V / 4));
+        yv[u] = nv[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        vv[u][0] = vv[u][1] = vv[u][2] = vv[u][3] = 0.0f;
+        if (r < len) {
+          std::int64_t const off = tv0 + r * tv_stride + c4;
+          yv[u] = *reinterpret_cast<float4 const*>(y_in + off);
+          nv[u] = *reinterpret_cast<float4 const*>(p.v_new + off);
+          load4(v + off, vv[u]);
         }
+      }
 #pragma unroll
-        for (int u = 0; u < kBatch; ++u) {
-          int const idx = tid + (b0 + u) * kThreads, r = idx / (V / 4), c4 = 4 * (idx % (V / 4));
-          std::uint32_t y0[kPF], y1[kPF], n0w[kPF], n1w[kPF];
-          split_pair<kPF>(yv[u].x, yv[u].y, y0);
-          split_pair<kPF>(yv[u].z, yv[u].w, y1);
-          split_pair<kPF>(nv[u].x, nv[u].y, n0w);
-          split_pair<kPF>(nv[u].z, nv[u].w, n1w);
+      for (int u = 0; u < kIters; ++u) {
+        int const idx = tid + u * kThreads, r = idx / (V / 4), c4 = 4 * (idx % (V / 4));
+        std::uint32_t y0[kPF], y1[kPF], n0w[kPF], n1w[kPF];
+        split_pair<kPF>(yv[u].x, yv[u].y, y0);
+        split_pair<kPF>(yv[u].z, yv[u].w, y1);
+        split_pair<kPF>(nv[u].x, nv[u].y, n0w);
+        split_pair<kPF>(nv[u].z, nv[u].w, n1w);
 #pragma unroll
-          for (int part = 0; part < kPF; ++part) {
-            *reinterpret_cast<uint2*>(y_pl + part * S::kVPlane + r * kLdV + c4) = make_uint2(y0[part], y1[part]);
-            *reinterpret_cast<uint2*>(vn_pl + part * S::kVPlane + r * kLdV + c4) = make_uint2(n0w[part], n1w[part]);
-          }
-          float dot = vv[u][0] * yv[u].x + vv[u][1] * yv[u].y + vv[u][2] * yv[u].z + vv[u][3] * yv[u].w;
-#pragma unroll
-          for (int m = V / 8; m >= 1; m >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, m);
-          if (idx % (V / 4) == 0) vy[r] = dot;
+        for (int part = 0; part < kPF; ++part) {
+          *reinterpret_cast<uint2*>(y_pl + part * S::kVPlane + r * kLdV + c4) = make_uint2(y0[part], y1[part]);
+          *reinterpret_cast<uint2*>(vn_pl + part * S::kVPlane + r * kLdV + c4) = make_uint2(n0w[part], n1w[part]);
         }
+        float dot = vv[u][0] * yv[u].x + vv[u][1] * yv[u].y + vv[u][2] * yv[u].z + vv[u][3] * yv[u].w;
+#pragma unroll
+        for (int m = V / 8; m >= 1; m >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, m);
+        if (idx % (V / 4) == 0) vy[r] = dot;
       }
     }
     if (warp == 0) chunk_head_rows<T>(p, start, len, j, G, beta_s, Gam, s_end);
