@@ -7,7 +7,8 @@
 //   (_mma for 16-bit)      dk̂ summed in registers, then the scale and the l2norm backward: dq, dk.
 // Matrix products of bf16 and fp16 runs run on the tensor cores, gated_delta_mma.cuh's split-bf16 products
 // (SplitPolicy: raw bf16 exact, fp16 as two bf16 parts; fp32 intermediates as two parts, ~2^-16 relative per
-// product). The recurrence runs them for fp32 runs too (three parts each, fp32 accuracy); the per-chunk kernels of
+// product, except in the per-chunk kernel of bf16 runs: one part, SplitPolicy::kGradParts says why). The recurrence
+// runs them for fp32 runs too (three parts each, fp32 accuracy); the per-chunk kernels of
 // fp32 runs run their products in fp64 FMAs, rounded once to fp32 (warp_mma). The in-chunk cumulative sums of g are
 // recomputed from g in fp64 (chunk_cumsum says why) and the sums that make dg and dβ run in fp64.
 #pragma once
@@ -1019,11 +1020,12 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 // gated_delta_bwd_chunk for 16-bit inputs on split-bf16 tile products: the raw q, k, do as bf16 tiles, the fp32
-// intermediates (y, v_new, the dP̃ and B matrices, the h and dh_next slabs) as planes of two bf16 parts, every
-// fragment through ldmatrix. The fp64 sums and the order of every sum are gated_delta_bwd_chunk's.
+// intermediates (y, v_new, the dP̃ and B matrices, the h and dh_next slabs) as planes of kGradParts bf16 parts (one for
+// bf16 runs, two for fp16), every fragment through ldmatrix. The fp64 sums and the order of every sum are
+// gated_delta_bwd_chunk's; Σ h ⊙ dh_next (hd, undamped in dg) is summed from the fp32 slabs, not from their parts.
 template <typename T, int K, int V>
 struct ChunkMmaSmem {
-  static constexpr int kPF = SplitPolicy<T>::kOrder + 1;  // parts of an fp32 intermediate
+  static constexpr int kGP = SplitPolicy<T>::kGradParts;  // parts of an fp32 intermediate
   static constexpr int kLdK = K + kLdPad, kLdV = V + kLdPad;
   static constexpr int kVPlane = kChunk * kLdV;   // elements of one [64][kLdV] plane
   static constexpr int kLdS = kSlab + kLdPad;       // row stride of a slab plane (80 bytes: 8 rows, 8 bank quads)
@@ -1040,12 +1042,12 @@ struct ChunkMmaSmem {
   static constexpr std::size_t kQTile = align16(kDots + 4 * 4 * kChunk);            // T [64][kLdK]
   static constexpr std::size_t kKTile = kQTile + sizeof(T) * kChunk * kLdK;         // T [64][kLdK]
   static constexpr std::size_t kDoTile = kKTile + sizeof(T) * kChunk * kLdK;        // T [64][kLdV]
-  static constexpr std::size_t kYPlanes = align16(kDoTile + sizeof(T) * kChunk * kLdV);  // bf16 [kPF][64][kLdV]
-  static constexpr std::size_t kVnPlanes = kYPlanes + 2 * kPF * kVPlane;                // bf16 [kPF][64][kLdV]
-  // Then one region, first the four [kPF][64][kLdSq] planes of the dq̂ / dk̂ coefficient matrices (Mq, Mkq, Mkk,
-  // MkkT), later the hᵀ and dh_nextᵀ slabs ([kPF][V][kLdS] each).
-  static constexpr std::size_t kRegion = kVnPlanes + 2 * kPF * kVPlane;
-  static constexpr std::size_t kMPlanes = 2 * 4 * kPF * kPlane, kSlabPlanes = 2 * 2 * kPF * kSlabPlane;
+  static constexpr std::size_t kYPlanes = align16(kDoTile + sizeof(T) * kChunk * kLdV);  // bf16 [kGP][64][kLdV]
+  static constexpr std::size_t kVnPlanes = kYPlanes + 2 * kGP * kVPlane;                // bf16 [kGP][64][kLdV]
+  // Then one region, first the four [kGP][64][kLdSq] planes of the dq̂ / dk̂ coefficient matrices (Mq, Mkq, Mkk,
+  // MkkT), later the hᵀ and dh_nextᵀ slabs ([kGP][V][kLdS] each).
+  static constexpr std::size_t kRegion = kVnPlanes + 2 * kGP * kVPlane;
+  static constexpr std::size_t kMPlanes = 2 * 4 * kGP * kPlane, kSlabPlanes = 2 * 2 * kGP * kSlabPlane;
   static constexpr std::size_t kBytes = kRegion + (kMPlanes > kSlabPlanes ? kMPlanes : kSlabPlanes);
 };
 
@@ -1055,7 +1057,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                               float const* dh_in, float const* y_in) {
   using S = ChunkMmaSmem<T, K, V>;
   using Pol = SplitPolicy<T>;
-  constexpr int kPF = Pol::kOrder + 1, kPR = Pol::kRawParts, kOrder = Pol::kOrder;
+  constexpr int kPF = Pol::kOrder + 1, kPR = Pol::kRawParts, kOrder = Pol::kOrder, kGP = S::kGP;
   constexpr int kLdK = S::kLdK, kLdV = S::kLdV;
   constexpr int kNT = K / 16;  // dq̂ / dk̂ column tiles per warp
   extern __shared__ __align__(16) unsigned char gd_chunk_smem[];
@@ -1071,9 +1073,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   T* const k_tile = reinterpret_cast<T*>(gd_chunk_smem + S::kKTile);
   T* const do_tile = reinterpret_cast<T*>(gd_chunk_smem + S::kDoTile);
   __nv_bfloat16 *const y_pl = bfp(S::kYPlanes), *const vn_pl = bfp(S::kVnPlanes);
-  __nv_bfloat16 *const Mq = bfp(S::kRegion), *const Mkq = Mq + kPF * kPlane, *const Mkk = Mkq + kPF * kPlane,
-                       *const MkkT = Mkk + kPF * kPlane;
-  __nv_bfloat16 *const h_pl = bfp(S::kRegion), *const dh_pl = h_pl + kPF * S::kSlabPlane;
+  __nv_bfloat16 *const Mq = bfp(S::kRegion), *const Mkq = Mq + kGP * kPlane, *const Mkk = Mkq + kGP * kPlane,
+                       *const MkkT = Mkk + kGP * kPlane;
+  __nv_bfloat16 *const h_pl = bfp(S::kRegion), *const dh_pl = h_pl + kGP * S::kSlabPlane;
 
   int const c = blockIdx.x / p.Hk, kh = blockIdx.x % p.Hk, group = p.Hv / p.Hk;
   int const start = p.chunks[c], len = p.chunks[p.NC + c];
@@ -1125,13 +1127,13 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
       for (int u = 0; u < kIters; ++u) {
         int const idx = tid + u * kThreads, r = idx / (V / 4), c4 = 4 * (idx % (V / 4));
-        std::uint32_t y0[kPF], y1[kPF], n0w[kPF], n1w[kPF];
-        split_pair<kPF>(yv[u].x, yv[u].y, y0);
-        split_pair<kPF>(yv[u].z, yv[u].w, y1);
-        split_pair<kPF>(nv[u].x, nv[u].y, n0w);
-        split_pair<kPF>(nv[u].z, nv[u].w, n1w);
+        std::uint32_t y0[kGP], y1[kGP], n0w[kGP], n1w[kGP];
+        split_pair<kGP>(yv[u].x, yv[u].y, y0);
+        split_pair<kGP>(yv[u].z, yv[u].w, y1);
+        split_pair<kGP>(nv[u].x, nv[u].y, n0w);
+        split_pair<kGP>(nv[u].z, nv[u].w, n1w);
 #pragma unroll
-        for (int part = 0; part < kPF; ++part) {
+        for (int part = 0; part < kGP; ++part) {
           *reinterpret_cast<uint2*>(y_pl + part * S::kVPlane + r * kLdV + c4) = make_uint2(y0[part], y1[part]);
           *reinterpret_cast<uint2*>(vn_pl + part * S::kVPlane + r * kLdV + c4) = make_uint2(n0w[part], n1w[part]);
         }
@@ -1172,13 +1174,13 @@ __global__ void __launch_bounds__(kThreads, 1)
       float d1[4][4] = {}, d2[4][4] = {};
 #pragma unroll
       for (int ks = 0; ks < V / 16; ++ks) {
-        std::uint32_t a_do[kPR][4], a_y[kPF][4];
+        std::uint32_t a_do[kPR][4], a_y[kGP][4];
         load_a_rows<T, kPR>(do_tile, kLdV, m0, 16 * ks, lane, a_do);
-        load_a_planes<kPF>(y_pl, S::kVPlane, kLdV, m0, 16 * ks, lane, a_y);
+        load_a_planes<kGP>(y_pl, S::kVPlane, kLdV, m0, 16 * ks, lane, a_y);
 #pragma unroll
         for (int np = 0; np < 2; ++np) {
-          std::uint32_t b0[kPF][2], b1[kPF][2];
-          load_b_planes_cols_x2<kPF>(vn_pl, S::kVPlane, kLdV, n0 + 16 * np, 16 * ks, lane, b0, b1);
+          std::uint32_t b0[kGP][2], b1[kGP][2];
+          load_b_planes_cols_x2<kGP>(vn_pl, S::kVPlane, kLdV, n0 + 16 * np, 16 * ks, lane, b0, b1);
           mma_split<kOrder>(d1[2 * np], a_do, b0);
           mma_split<kOrder>(d1[2 * np + 1], a_do, b1);
           mma_split<kOrder>(d2[2 * np], a_y, b0);
@@ -1210,20 +1212,20 @@ __global__ void __launch_bounds__(kThreads, 1)
             mq[b] = M1 * rk[cc];
             mkk[b] = Bm * rk[cc];
             // the transposed coefficients: dk̂[cc] += M1[i][cc] q̂_i and Bm[i][cc] k̂_i
-            __nv_bfloat16 wq[kPF], wk[kPF];
-            split_one<kPF>(M1 * (scale * rq[i]), wq);
-            split_one<kPF>(Bm * rk[i], wk);
+            __nv_bfloat16 wq[kGP], wk[kGP];
+            split_one<kGP>(M1 * (scale * rq[i]), wq);
+            split_one<kGP>(Bm * rk[i], wk);
 #pragma unroll
-            for (int part = 0; part < kPF; ++part) {
+            for (int part = 0; part < kGP; ++part) {
               Mkq[part * kPlane + cc * kLdSq + i] = wq[part];
               MkkT[part * kPlane + cc * kLdSq + i] = wk[part];
             }
           }
-          std::uint32_t wq[kPF], wk[kPF];
-          split_pair<kPF>(mq[0], mq[1], wq);
-          split_pair<kPF>(mkk[0], mkk[1], wk);
+          std::uint32_t wq[kGP], wk[kGP];
+          split_pair<kGP>(mq[0], mq[1], wq);
+          split_pair<kGP>(mkk[0], mkk[1], wk);
 #pragma unroll
-          for (int part = 0; part < kPF; ++part) {
+          for (int part = 0; part < kGP; ++part) {
             *reinterpret_cast<std::uint32_t*>(Mq + part * kPlane + i * kLdSq + col) = wq[part];
             *reinterpret_cast<std::uint32_t*>(Mkk + part * kPlane + i * kLdSq + col) = wk[part];
           }
@@ -1238,14 +1240,14 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
       for (int ks = 0; ks < 4; ++ks) {
         bool const lower = ks <= rb, upper = ks >= rb;
-        std::uint32_t a_q[kPF][4], a_kq[kPF][4], a_kk[kPF][4], a_kt[kPF][4];
+        std::uint32_t a_q[kGP][4], a_kq[kGP][4], a_kk[kGP][4], a_kt[kGP][4];
         if (lower) {
-          load_a_planes<kPF>(Mq, kPlane, kLdSq, m0, 16 * ks, lane, a_q);
-          load_a_planes<kPF>(Mkk, kPlane, kLdSq, m0, 16 * ks, lane, a_kk);
+          load_a_planes<kGP>(Mq, kPlane, kLdSq, m0, 16 * ks, lane, a_q);
+          load_a_planes<kGP>(Mkk, kPlane, kLdSq, m0, 16 * ks, lane, a_kk);
         }
         if (upper) {
-          load_a_planes<kPF>(Mkq, kPlane, kLdSq, m0, 16 * ks, lane, a_kq);
-          load_a_planes<kPF>(MkkT, kPlane, kLdSq, m0, 16 * ks, lane, a_kt);
+          load_a_planes<kGP>(Mkq, kPlane, kLdSq, m0, 16 * ks, lane, a_kq);
+          load_a_planes<kGP>(MkkT, kPlane, kLdSq, m0, 16 * ks, lane, a_kt);
         }
 #pragma unroll
         for (int sb = 0; sb < K / 32; ++sb) {
@@ -1286,13 +1288,13 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
       for (int u = 0; u < decltype(next_h)::kPer; ++u) {  // the staged slab rows as planes
         int const idx = tid + u * kThreads, r = idx / (kSlab / 4), c4 = 4 * (idx % (kSlab / 4));
-        std::uint32_t h0[kPF], h1[kPF], d0w[kPF], d1w[kPF];
-        split_pair<kPF>(next_h.v[u][0], next_h.v[u][1], h0);
-        split_pair<kPF>(next_h.v[u][2], next_h.v[u][3], h1);
-        split_pair<kPF>(next_dh.v[u][0], next_dh.v[u][1], d0w);
-        split_pair<kPF>(next_dh.v[u][2], next_dh.v[u][3], d1w);
+        std::uint32_t h0[kGP], h1[kGP], d0w[kGP], d1w[kGP];
+        split_pair<kGP>(next_h.v[u][0], next_h.v[u][1], h0);
+        split_pair<kGP>(next_h.v[u][2], next_h.v[u][3], h1);
+        split_pair<kGP>(next_dh.v[u][0], next_dh.v[u][1], d0w);
+        split_pair<kGP>(next_dh.v[u][2], next_dh.v[u][3], d1w);
 #pragma unroll
-        for (int part = 0; part < kPF; ++part) {
+        for (int part = 0; part < kGP; ++part) {
           *reinterpret_cast<uint2*>(h_pl + part * S::kSlabPlane + r * S::kLdS + c4) = make_uint2(h0[part], h1[part]);
           *reinterpret_cast<uint2*>(dh_pl + part * S::kSlabPlane + r * S::kLdS + c4) =
               make_uint2(d0w[part], d1w[part]);
@@ -1306,13 +1308,13 @@ __global__ void __launch_bounds__(kThreads, 1)
       float s1[2][4] = {}, s2[2][4] = {}, s3[2][4] = {};
 #pragma unroll
       for (int ks = 0; ks < V / 16; ++ks) {
-        std::uint32_t a_do[kPR][4], a_y[kPF][4], a_vn[kPF][4];
+        std::uint32_t a_do[kPR][4], a_y[kGP][4], a_vn[kGP][4];
         load_a_rows<T, kPR>(do_tile, kLdV, m0, 16 * ks, lane, a_do);
-        load_a_planes<kPF>(y_pl, S::kVPlane, kLdV, m0, 16 * ks, lane, a_y);
-        load_a_planes<kPF>(vn_pl, S::kVPlane, kLdV, m0, 16 * ks, lane, a_vn);
-        std::uint32_t bh0[kPF][2], bh1[kPF][2], bd0[kPF][2], bd1[kPF][2];
-        load_b_planes_rows_x2<kPF>(h_pl, S::kSlabPlane, S::kLdS, 16 * ks, 16 * half_w, lane, bh0, bh1);
-        load_b_planes_rows_x2<kPF>(dh_pl, S::kSlabPlane, S::kLdS, 16 * ks, 16 * half_w, lane, bd0, bd1);
+        load_a_planes<kGP>(y_pl, S::kVPlane, kLdV, m0, 16 * ks, lane, a_y);
+        load_a_planes<kGP>(vn_pl, S::kVPlane, kLdV, m0, 16 * ks, lane, a_vn);
+        std::uint32_t bh0[kGP][2], bh1[kGP][2], bd0[kGP][2], bd1[kGP][2];
+        load_b_planes_rows_x2<kGP>(h_pl, S::kSlabPlane, S::kLdS, 16 * ks, 16 * half_w, lane, bh0, bh1);
+        load_b_planes_rows_x2<kGP>(dh_pl, S::kSlabPlane, S::kLdS, 16 * ks, 16 * half_w, lane, bd0, bd1);
         mma_split<kOrder>(s1[0], a_do, bh0);
         mma_split<kOrder>(s1[1], a_do, bh1);
         mma_split<kOrder>(s2[0], a_y, bh0);

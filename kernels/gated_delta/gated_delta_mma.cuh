@@ -92,19 +92,24 @@ __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wai
 // in fp32 by the tensor cores. kOrder = 1 (bf16 and fp16 inputs): relative error ~2^-16 per product, far below the
 // output's rounding step (2^-9 / 2^-12). kOrder = 2 (fp32 inputs): ~2^-24, the accuracy of fp32 arithmetic. Raw
 // inputs need no split in bf16; fp16 values are exact as two bf16 parts, fp32 values as three.
+//
+// kGradParts: the parts of an fp32 intermediate in the 16-bit backward's per-chunk products (y, v_new, the dq̂ / dk̂
+// coefficients, h and dh_next), whose results reach only dq, dk, dβ (rounded to T) and dg (judged at one step of T):
+// one for bf16 (2^-9 relative, the size of those outputs' own rounding), two for fp16 (whose step is 2^-11). The
+// recurrences keep kOrder + 1 parts: their errors carry from chunk to chunk.
 template <typename T>
 struct SplitPolicy;
 template <>
 struct SplitPolicy<__nv_bfloat16> {
-  static constexpr int kOrder = 1, kRawParts = 1;
+  static constexpr int kOrder = 1, kRawParts = 1, kGradParts = 1;
 };
 template <>
 struct SplitPolicy<__half> {
-  static constexpr int kOrder = 1, kRawParts = 2;
+  static constexpr int kOrder = 1, kRawParts = 2, kGradParts = 2;
 };
 template <>
 struct SplitPolicy<float> {
-  static constexpr int kOrder = 2, kRawParts = 3;
+  static constexpr int kOrder = 2, kRawParts = 3, kGradParts = 3;
 };
 
 __device__ __forceinline__ std::uint32_t bf16x2_bits(__nv_bfloat162 v) {
