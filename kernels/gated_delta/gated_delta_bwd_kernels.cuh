@@ -1048,7 +1048,13 @@ struct ChunkMmaSmem {
   // MkkT), later the hᵀ and dh_nextᵀ slabs ([kGP][V][kLdS] each).
   static constexpr std::size_t kRegion = kVnPlanes + 2 * kGP * kVPlane;
   static constexpr std::size_t kMPlanes = 2 * 4 * kGP * kPlane, kSlabPlanes = 2 * 2 * kGP * kSlabPlane;
-  static constexpr std::size_t kBytes = kRegion + (kMPlanes > kSlabPlanes ? kMPlanes : kSlabPlanes);
+  static constexpr std::size_t kBase = kRegion + (kMPlanes > kSlabPlanes ? kMPlanes : kSlabPlanes);
+  // Where it fits (one-part planes: bf16 runs), the next head's y, v_new (fp32) and v rows are staged by cp.async
+  // while the block works on the current head: [64][V] each, rows past the chunk zero.
+  static constexpr std::size_t kStageY = align16(kBase), kStageVn = kStageY + 4 * kChunk * V,
+                               kStageV = kStageVn + 4 * kChunk * V, kStagedEnd = kStageV + sizeof(T) * kChunk * V;
+  static constexpr bool kStaged = kStagedEnd <= 227 * 1024;
+  static constexpr std::size_t kBytes = kStaged ? kStagedEnd : kBase;
 };
 
 template <typename T, int K, int V>
@@ -1099,13 +1105,37 @@ __global__ void __launch_bounds__(kThreads, 1)
   int const m0 = 16 * (warp >> 1), half_w = warp & 1;
   auto const col0 = [&](int nt) { return 32 * (nt >> 1) + 16 * half_w + 8 * (nt & 1); };
   float dq[kNT][4] = {}, dk[kNT][4] = {};
+  std::int64_t const tv_stride = std::int64_t(p.Hv) * V;
+  auto const head_rows = [&](int jj) { return (std::int64_t(start) * p.Hv + kh * group + jj) * V; };
+  auto const issue_do = [&](int jj) {  // value head kh·group + jj's do rows
+    copy_rows_async<kChunk, int(sizeof(T)) * V, kThreads>(
+        do_tile, int(sizeof(T)) * kLdV, static_cast<T const*>(p.dout) + head_rows(jj), sizeof(T) * tv_stride, len);
+  };
+  auto const issue_staged = [&](int jj) {  // its y, v_new and v rows into the staging region
+    if constexpr (S::kStaged) {
+      std::int64_t const tv = head_rows(jj);
+      copy_rows_async<kChunk, 4 * V, kThreads>(gd_chunk_smem + S::kStageY, 4 * V, y_in + tv, 4 * tv_stride, len);
+      copy_rows_async<kChunk, 4 * V, kThreads>(gd_chunk_smem + S::kStageVn, 4 * V, p.v_new + tv, 4 * tv_stride, len);
+      copy_rows_async<kChunk, int(sizeof(T)) * V, kThreads>(gd_chunk_smem + S::kStageV, int(sizeof(T)) * V, v + tv,
+                                                            sizeof(T) * tv_stride, len);
+    }
+  };
+  if constexpr (S::kStaged) {
+    issue_do(0);
+    issue_staged(0);
+    cp_async_commit();
+  }
   for (int jj = 0; jj < group; ++jj) {
     int const j = kh * group + jj;
-    std::int64_t const tv0 = (std::int64_t(start) * p.Hv + j) * V, tv_stride = std::int64_t(p.Hv) * V;
+    std::int64_t const tv0 = head_rows(jj);
     {  // do rows by cp.async, y and v_new as planes of bf16 parts
-      copy_rows_async<kChunk, int(sizeof(T)) * V, kThreads>(
-          do_tile, int(sizeof(T)) * kLdV, static_cast<T const*>(p.dout) + tv0, sizeof(T) * tv_stride, len);
-      cp_async_commit();
+      if constexpr (S::kStaged) {  // staged during the previous head (the first: in the prologue)
+        cp_async_wait_all();
+        __syncthreads();
+      } else {
+        issue_do(jj);
+        cp_async_commit();
+      }
       // 4 columns per thread, V/4 consecutive lanes per row, every load of the head in flight at once; v·y of each
       // row (its V/4 lanes' partial dots, butterfly-summed) on the way.
       constexpr int kIters = kChunk * V / 4 / kThreads;
@@ -1115,13 +1145,19 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
       for (int u = 0; u < kIters; ++u) {
         int const idx = tid + u * kThreads, r = idx / (V / 4), c4 = 4 * (idx % (V / 4));
-        yv[u] = nv[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        vv[u][0] = vv[u][1] = vv[u][2] = vv[u][3] = 0.0f;
-        if (r < len) {
-          std::int64_t const off = tv0 + r * tv_stride + c4;
-          yv[u] = *reinterpret_cast<float4 const*>(y_in + off);
-          nv[u] = *reinterpret_cast<float4 const*>(p.v_new + off);
-          load4(v + off, vv[u]);
+        if constexpr (S::kStaged) {
+          yv[u] = *reinterpret_cast<float4 const*>(flt(S::kStageY) + r * V + c4);
+          nv[u] = *reinterpret_cast<float4 const*>(flt(S::kStageVn) + r * V + c4);
+          load4(reinterpret_cast<T const*>(gd_chunk_smem + S::kStageV) + r * V + c4, vv[u]);
+        } else {
+          yv[u] = nv[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+          vv[u][0] = vv[u][1] = vv[u][2] = vv[u][3] = 0.0f;
+          if (r < len) {
+            std::int64_t const off = tv0 + r * tv_stride + c4;
+            yv[u] = *reinterpret_cast<float4 const*>(y_in + off);
+            nv[u] = *reinterpret_cast<float4 const*>(p.v_new + off);
+            load4(v + off, vv[u]);
+          }
         }
       }
 #pragma unroll
@@ -1151,6 +1187,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     next_dh.load(dhn_c, K, V, kSlab);
     cp_async_wait_all();
     __syncthreads();
+    if (S::kStaged && jj + 1 < group) {  // every staged row read: the next head's stream in
+      issue_staged(jj + 1);
+      cp_async_commit();
+    }
 
     {  // D1 = do v_newᵀ, D2 = y v_newᵀ on [64 × 64]: warp w owns rows m0.., columns 32·(w%2)..
       int const n0 = 32 * half_w;
@@ -1341,6 +1381,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       last += double(last_f);
       __syncthreads();
+    }
+    if (S::kStaged && jj + 1 < group) {  // every read of this head's do done
+      issue_do(jj + 1);
+      cp_async_commit();
     }
 
     store_state_sums(s_g, s_b, last, hd, m0, half_w, rowS, rowB, last_s, hd_s);
