@@ -226,6 +226,19 @@ __device__ __forceinline__ void load_b_cols(E const* tile, int ld, int n0, int k
   }
 }
 
+// The four 8×8 matrices of the B fragments of two neighbouring n tiles (n0..n0+7: words 0, 1; n0+8..: words 2, 3;
+// k rows k0..k0+15) by one x4 ldmatrix of a 16-bit matrix M with rows ld elements apart: B[k][n] = M[n][k] (M holds
+// B's columns as rows) or, kRowMajor, B[k][n] = M[k][n] (ldmatrix.trans).
+template <bool kRowMajor, typename E>
+__device__ __forceinline__ void ldmatrix_b_pair(std::uint32_t (&q)[4], E const* m, int ld, int n0, int k0, int lane) {
+  int const mi = lane >> 3, r = lane & 7;
+  if constexpr (kRowMajor) {
+    ldmatrix_x4_trans(q, m + (k0 + r + 8 * (mi & 1)) * ld + n0 + 8 * (mi >> 1));
+  } else {
+    ldmatrix_x4(q, m + (n0 + r + 8 * (mi >> 1)) * ld + k0 + 8 * (mi & 1));
+  }
+}
+
 // The B fragments of two neighbouring n tiles from the four words of an x4 ldmatrix (words 0, 1: b0; 2, 3: b1), each
 // word as P parts.
 template <int P>
@@ -256,9 +269,8 @@ template <typename E, int P>
 __device__ __forceinline__ void load_b_cols_x2(E const* tile, int ld, int n0, int k0, int lane,
                                                std::uint32_t (&b0)[P][2], std::uint32_t (&b1)[P][2]) {
   if constexpr (sizeof(E) == 2) {
-    int const m = lane >> 3, r = lane & 7;
     std::uint32_t q[4];
-    ldmatrix_x4(q, tile + (n0 + r + 8 * (m >> 1)) * ld + k0 + 8 * (m & 1));
+    ldmatrix_b_pair<false>(q, tile, ld, n0, k0, lane);
     b_pair_from_x4<E, P>(q, b0, b1);
   } else {
     load_b_cols<E, P>(tile, ld, n0, k0, lane, b0);
@@ -278,20 +290,25 @@ __device__ __forceinline__ void load_a_planes(__nv_bfloat16 const* planes, int s
   for (int i = 0; i < P; ++i) ldmatrix_x4(a[i], planes + i * stride + (m0 + r + 8 * (m & 1)) * ld + k0 + 8 * (m >> 1));
 }
 
-// B fragments of two neighbouring n tiles (n0.., n0+8..; k rows k0..k0+15) of B[k][n] = M[n][k], M the planes' matrix.
-template <int P>
-__device__ __forceinline__ void load_b_planes_cols_x2(__nv_bfloat16 const* planes, int stride, int ld, int n0, int k0,
-                                                      int lane, std::uint32_t (&b0)[P][2], std::uint32_t (&b1)[P][2]) {
-  int const m = lane >> 3, r = lane & 7;
+// B fragments of two neighbouring n tiles (n0.., n0+8..; k rows k0..k0+15) of B[k][n] = M[n][k] or, kRowMajor,
+// M[k][n], M the planes' matrix.
+template <bool kRowMajor, int P>
+__device__ __forceinline__ void load_b_planes_pair(__nv_bfloat16 const* planes, int stride, int ld, int n0, int k0,
+                                                   int lane, std::uint32_t (&b0)[P][2], std::uint32_t (&b1)[P][2]) {
   std::uint32_t w[4][P];
 #pragma unroll
   for (int i = 0; i < P; ++i) {
     std::uint32_t q[4];
-    ldmatrix_x4(q, planes + i * stride + (n0 + r + 8 * (m >> 1)) * ld + k0 + 8 * (m & 1));
+    ldmatrix_b_pair<kRowMajor>(q, planes + i * stride, ld, n0, k0, lane);
 #pragma unroll
     for (int j = 0; j < 4; ++j) w[j][i] = q[j];
   }
   b_pair_from_words<P>(w, b0, b1);
+}
+template <int P>  // B[k][n] = M[n][k]
+__device__ __forceinline__ void load_b_planes_cols_x2(__nv_bfloat16 const* planes, int stride, int ld, int n0, int k0,
+                                                      int lane, std::uint32_t (&b0)[P][2], std::uint32_t (&b1)[P][2]) {
+  load_b_planes_pair<false, P>(planes, stride, ld, n0, k0, lane, b0, b1);
 }
 
 // The same from [P][64][kLdSq] planes (one [64, 64] matrix per part).
@@ -301,21 +318,10 @@ __device__ __forceinline__ void load_b_planes_x2(__nv_bfloat16 const* planes, in
   load_b_planes_cols_x2<P>(planes, kPlane, kLdSq, n0, k0, lane, b0, b1);
 }
 
-// B fragments of two neighbouring n tiles (n0.., n0+8..; k rows k0..k0+15) of B[k][n] = M[k][n], M the planes'
-// matrix.
-template <int P>
+template <int P>  // B[k][n] = M[k][n]
 __device__ __forceinline__ void load_b_planes_rows_x2(__nv_bfloat16 const* planes, int stride, int ld, int k0, int n0,
                                                       int lane, std::uint32_t (&b0)[P][2], std::uint32_t (&b1)[P][2]) {
-  int const m = lane >> 3, r = lane & 7;
-  std::uint32_t w[4][P];
-#pragma unroll
-  for (int i = 0; i < P; ++i) {
-    std::uint32_t q[4];
-    ldmatrix_x4_trans(q, planes + i * stride + (k0 + r + 8 * (m & 1)) * ld + n0 + 8 * (m >> 1));
-#pragma unroll
-    for (int j = 0; j < 4; ++j) w[j][i] = q[j];
-  }
-  b_pair_from_words<P>(w, b0, b1);
+  load_b_planes_pair<true, P>(planes, stride, ld, n0, k0, lane, b0, b1);
 }
 
 // B fragments of two neighbouring n tiles (n0..n0+7 into b0, n0+8..n0+15 into b1; k rows k0..k0+15) of
@@ -324,9 +330,8 @@ template <typename E, int P>
 __device__ __forceinline__ void load_b_rows_x2(E const* tile, int ld, int k0, int n0, int lane,
                                                std::uint32_t (&b0)[P][2], std::uint32_t (&b1)[P][2]) {
   if constexpr (sizeof(E) == 2) {
-    int const m = lane >> 3, r = lane & 7;
     std::uint32_t q[4];
-    ldmatrix_x4_trans(q, tile + (k0 + r + 8 * (m & 1)) * ld + n0 + 8 * (m >> 1));
+    ldmatrix_b_pair<true>(q, tile, ld, n0, k0, lane);
     b_pair_from_x4<E, P>(q, b0, b1);
   } else {
     int const g = lane >> 2, t = lane & 3;
