@@ -138,6 +138,20 @@ __device__ __forceinline__ ChunkG chunk_cumsum(float const* g, std::int64_t star
   return r;
 }
 
+// One warp's walk over the rows of a chunk for value head j: rows 2·lane and 2·lane + 1 get G[r] (the fp64 in-chunk
+// cumsum, to shared memory) and then row(r, in = r < len, token t = start + r, G_r, G_last).
+template <class Row>
+__device__ __forceinline__ void for_chunk_rows(GatedDeltaBwdParams const& p, int start, int len, int j, double* G,
+                                               Row const& row) {
+  ChunkG const cg = chunk_cumsum(p.g, start, len, p.Hv, j);
+#pragma unroll
+  for (int h2 = 0; h2 < 2; ++h2) {
+    int const r = 2 * (threadIdx.x & 31) + h2;
+    G[r] = cg.G[h2];
+    row(r, r < len, std::int64_t(start) + r, cg.G[h2], cg.last);
+  }
+}
+
 // Four consecutive elements widened to fp32, in one 16-byte (fp32) or 8-byte (bf16, fp16) access.
 __device__ __forceinline__ void load4(float const* s, float (&x)[4]) {
   float4 const v = *reinterpret_cast<float4 const*>(s);
@@ -331,23 +345,17 @@ __global__ void __launch_bounds__(kThreads)
   int const start = p.chunks[c], len = p.chunks[p.NC + c];
   int const tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
   if (warp == 0) {
-    ChunkG const cg = chunk_cumsum(p.g, start, len, p.Hv, j);
-#pragma unroll
-    for (int h2 = 0; h2 < 2; ++h2) {
-      int const r = 2 * lane + h2;
-      bool const in = r < len;
-      std::int64_t const t = std::int64_t(start) + r;
-      G[r] = cg.G[h2];
+    for_chunk_rows(p, start, len, j, G, [&](int r, bool in, std::int64_t t, double G_r, double G_last) {
       float const r_q = in ? p.q_rstd[t * p.Hk + kh] : 0.0f, r_k = in ? p.k_rstd[t * p.Hk + kh] : 0.0f;
       rq[r] = p.scale * r_q;
       rk[r] = r_k;
       if (in) {
-        float const decay = expf(float(cg.G[h2])), b = to_float(static_cast<T const*>(p.beta)[t * p.Hv + j]);
+        float const decay = expf(float(G_r)), b = to_float(static_cast<T const*>(p.beta)[t * p.Hv + j]);
         float4* rec = reinterpret_cast<float4*>(rec_out + (t * p.Hv + j) * kBwdRecord);
-        rec[0] = make_float4(p.scale * r_q * decay, expf(float(cg.last - cg.G[h2])) * r_k, -r_k * b * decay, b);
-        rec[1] = make_float4(expf(float(cg.last)), 0.0f, 0.0f, 0.0f);
+        rec[0] = make_float4(p.scale * r_q * decay, expf(float(G_last - G_r)) * r_k, -r_k * b * decay, b);
+        rec[1] = make_float4(expf(float(G_last)), 0.0f, 0.0f, 0.0f);
       }
-    }
+    });
   }
   // Warps 0-3: rows of q (P), warps 4-7: rows of k (Â); 16 rows × 64 columns each.
   bool const is_p = warp < 4;
@@ -700,18 +708,11 @@ __device__ __forceinline__ void store_pair_sums(double const (&row_e)[2], double
 template <typename T>
 __device__ __forceinline__ void chunk_head_rows(GatedDeltaBwdParams const& p, int start, int len, int j, double* G,
                                                 float* beta, float* Gam, float* s_end) {
-  int const lane = threadIdx.x & 31;
-  ChunkG const cg = chunk_cumsum(p.g, start, len, p.Hv, j);
-#pragma unroll
-  for (int h2 = 0; h2 < 2; ++h2) {
-    int const r = 2 * lane + h2;
-    bool const in = r < len;
-    std::int64_t const t = std::int64_t(start) + r;
-    G[r] = cg.G[h2];
+  for_chunk_rows(p, start, len, j, G, [&](int r, bool in, std::int64_t t, double G_r, double G_last) {
     beta[r] = in ? to_float(static_cast<T const*>(p.beta)[t * p.Hv + j]) : 0.0f;
-    Gam[r] = in ? expf(float(cg.G[h2])) : 0.0f;
-    s_end[r] = in ? expf(float(cg.last - cg.G[h2])) : 0.0f;
-  }
+    Gam[r] = in ? expf(float(G_r)) : 0.0f;
+    s_end[r] = in ? expf(float(G_last - G_r)) : 0.0f;
+  });
 }
 
 // One element (row i) of the state terms S1 = do hᵀ, S2 = y hᵀ, S3 = v_new dh_nextᵀ (a1, a2, a3) into dq̂, dk̂ and the fp64
