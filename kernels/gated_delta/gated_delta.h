@@ -31,8 +31,25 @@ struct GatedDeltaChunkTable {
 };
 GatedDeltaChunkTable gated_delta_chunk_table(std::vector<std::int32_t> const& cu_seqlens);
 
-// bf16 parts the saved (I + A)^-1 is split into: 2 for bf16 and fp16 runs, 3 for fp32 runs (fp32 accuracy).
+// bf16 parts the saved (I + A)^-1 is split into: 2 for bf16 and fp16 runs, 3 for fp32 runs (fp32 accuracy). The
+// saved P has as many parts.
 inline int gated_delta_ainv_parts(DType dtype) { return dtype == DType::kF32 ? 3 : 2; }
+
+// Whether the forward also saves the backward's intra-chunk operands (P, Â and the row records below): 16-bit runs,
+// whose forward computes them anyway; the backward of fp32 runs (the accuracy path) recomputes them from an fp64
+// cumulative sum of g, which the fp32 budgets need and the 16-bit ones do not (kernels/gated_delta/NOTES.md).
+inline bool gated_delta_saves_intra(DType dtype) { return dtype != DType::kF32; }
+
+// The backward recurrence's row scales: one record of kBwdRecord fp32 per (token, value head), G the in-chunk
+// inclusive cumulative sum of g and G_last its value at the chunk's last token.
+enum GatedDeltaBwdRecord : int {
+  kBrCq,     // scale · rstd_q_i · e^{G_i}           (dhᵀ += (kBrCq ⊙ do)ᵀ q)
+  kBrSrk,    // rstd_k_i · e^{G_last − G_i}          (dv_new_i = (P ᵀdo)_i + kBrSrk · k_i·dh)
+  kBrCy,     // −rstd_k_i · β_i · e^{G_i}            (dhᵀ += (kBrCy ⊙ y)ᵀ k)
+  kBrBeta,   // β_i                                   (dv = β ⊙ y)
+  kBrGamma,  // e^{G_last} of the token's chunk
+  kBwdRecord = 8
+};
 
 struct GatedDeltaFwdParams {
   void const* q = nullptr;                   // [T, Hk, K] contiguous, dtype
@@ -49,13 +66,18 @@ struct GatedDeltaFwdParams {
   bool save = false;
   float* q_rstd = nullptr;  // [T, Hk] 1/sqrt(Σq² + 1e-6) (1 when !use_qk_l2norm)
   float* k_rstd = nullptr;  // [T, Hk]
-  float* gcum = nullptr;    // [T, Hv] inclusive cumulative sum of g within each chunk
   std::uint16_t* Ainv = nullptr;  // bf16 bits [T, Hv, gated_delta_ainv_parts(dtype), kGatedDeltaChunk]: row i of the
                                   // chunk's (I + A)^-1 (lower unit-triangular) as bf16 parts (x = Σ parts, to ~2^-16
                                   // relative for 2 parts, fp32 accuracy for 3), columns j = 0..chunk_len-1 of the
                                   // chunk; the rest zero
   float* h = nullptr;       // [NC, Hv, V, K] state at the start of every chunk, transposed (hᵀ, as the kernels hold it)
   float* v_new = nullptr;   // [T, Hv, V] u − w·h, the chunk's corrected values
+  // Saved as well when gated_delta_saves_intra(dtype), nullptr otherwise; rows past a chunk's end are zero:
+  std::uint16_t* P = nullptr;  // bf16 bits [NC, Hv, parts, 64, 64]: P[i][j] = scale rstd_q_i rstd_k_j (q_i·k_j)
+                               // e^{G_i − G_j} for j <= i (0 above the diagonal) as gated_delta_ainv_parts bf16 parts
+  float* A_hat = nullptr;      // [NC, Hv, 64, 64]: Â[i][j] = rstd_k_i rstd_k_j (k_i·k_j) e^{G_i − G_j} for j < i, else 0;
+                               // written (and read) only where j < 16·(i/16 + 1), the diagonal blocks and below
+  float* brec = nullptr;       // [T, Hv, kBwdRecord]: GatedDeltaBwdRecord of every token
   std::int64_t T = 0;
   int Hk = 0, Hv = 0, K = 128, V = 128;  // Hv % Hk == 0; value head j reads key head j / (Hv / Hk)
   int N = 0, NC = 0;                     // examples, chunks

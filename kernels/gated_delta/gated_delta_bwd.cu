@@ -1,5 +1,5 @@
-// Backward of the chunked gated delta rule: three launches (gated_delta_bwd_kernels.cuh) over the inputs and the
-// tensors the forward saved (it reads g itself, not gcum). Contract: fp32 state gradient and accumulations,
+// Backward of the chunked gated delta rule: three launches (gated_delta_bwd_kernels.cuh; two for 16-bit runs, whose
+// forward saved what the first computes) over the inputs and the tensors the forward saved. Contract: fp32 state gradient and accumulations,
 // split-bf16 tensor-core products (fp64 FMAs in the per-chunk kernels of fp32 runs, see the kernels' header), one
 // rounding of dq, dk, dv, dbeta to the input dtype; bitwise deterministic (no atomics: every sum, the GQA sum over
 // value heads included, runs in a fixed order).
@@ -58,9 +58,15 @@ void check_bwd_params(GatedDeltaBwdParams const& p) {
                            Named{p.dg, "dg"}, Named{p.dbeta, "dbeta"}}) {
       if (!t.ptr) fail(std::string(t.name) + " is null");
     }
+    auto const saved = [&](Named const& t) {
+      if (!t.ptr) fail(std::string(t.name) + " is null: the backward reads what the forward saved (save = true)");
+    };
     for (Named const& t : {Named{p.q_rstd, "q_rstd"}, Named{p.k_rstd, "k_rstd"}, Named{p.Ainv, "Ainv"}, Named{p.h, "h"},
                            Named{p.v_new, "v_new"}}) {
-      if (!t.ptr) fail(std::string(t.name) + " is null: the backward reads what the forward saved (save = true)");
+      saved(t);
+    }
+    if (gated_delta_saves_intra(p.dtype)) {
+      for (Named const& t : {Named{p.P, "P"}, Named{p.A_hat, "A_hat"}, Named{p.brec, "brec"}}) saved(t);
     }
   }
   if (gated_delta_bwd_workspace_bytes(p) > 0 && reinterpret_cast<std::uintptr_t>(p.workspace) % 256 != 0) {
@@ -119,9 +125,12 @@ void launch(GatedDeltaBwdParams const& p, cudaStream_t stream) {
   auto* ws = static_cast<char*>(p.workspace);
   auto region = [&](std::size_t offset) { return reinterpret_cast<float*>(ws + offset); };
   auto planes = [&](std::size_t offset) { return reinterpret_cast<__nv_bfloat16*>(ws + offset); };
-  float *const A = region(w.A), *const dh = region(w.dh), *const y = region(w.y), *const rec = region(w.rec);
-  __nv_bfloat16* const P_planes = planes(w.P_planes);
-  if (p.NC > 0) {
+  float *const dh = region(w.dh), *const y = region(w.y);
+  // P, Â and the records: saved by the forward of 16-bit runs, recomputed here for fp32 runs
+  bool const saved = gated_delta_saves_intra(p.dtype);
+  float *const A = saved ? p.A_hat : region(w.A), *const rec = saved ? p.brec : region(w.rec);
+  auto* const P_planes = saved ? reinterpret_cast<__nv_bfloat16*>(p.P) : planes(w.P_planes);
+  if (p.NC > 0 && !saved) {
     auto const kernel = gated_delta_bwd_intra<T, K>;
     allow_smem(kernel, intra_smem_bytes<K>());
     unsigned const blocks = static_cast<unsigned>(std::int64_t(p.NC) * p.Hv);

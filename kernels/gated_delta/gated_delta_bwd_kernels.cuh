@@ -1,6 +1,7 @@
 // The kernels of the chunked gated delta rule backward, in the order gated_delta_bwd.cu runs them:
 //   gated_delta_bwd_intra  per (chunk, value head): P = q̂k̂ᵀ ⊙ decay (i >= j) and Â = k̂k̂ᵀ ⊙ decay (i > j), P also
-//                          as split-bf16 planes, and the per-token record of row scales;
+//                          as split-bf16 planes, and the per-token record of row scales (fp32 runs only: the forward
+//                          of 16-bit runs saves the same three, gated_delta_saves_intra);
 //   gated_delta_bwd_state  per (example, value head, 16·kBWarps columns of V): the reverse chunk recurrence of dh, y,
 //                          dv, each warp carrying dhᵀ of its 16 value columns in fp32 registers;
 //   gated_delta_bwd_chunk  per (chunk, key head): dβ and dg of the group's value heads in head order, their dq̂ and
@@ -31,15 +32,6 @@ constexpr int kWarps = 8;                 // of gated_delta_bwd_intra and gated_
 constexpr int kThreads = 32 * kWarps;
 constexpr int kSlab = 32;  // rows of h and dh_next per step of gated_delta_bwd_chunk
 
-// Per (token, value head) gated_delta_bwd_intra writes one record of 8 fp32 that the recurrence reads whole:
-enum BwdRecord : int {
-  kBrCq,     // scale · rstd_q_i · e^{G_i}           (dhᵀ += (kBrCq ⊙ do)ᵀ q)
-  kBrSrk,    // rstd_k_i · e^{G_last − G_i}          (dv_new_i = (P ᵀdo)_i + kBrSrk · k_i·dh)
-  kBrCy,     // −rstd_k_i · β_i · e^{G_i}            (dhᵀ += (kBrCy ⊙ y)ᵀ k)
-  kBrBeta,   // β_i                                   (dv = β ⊙ y)
-  kBrGamma,  // e^{G_last} of the token's chunk
-  kBwdRecord = 8
-};
 
 
 #if defined(__CUDACC__)
@@ -113,8 +105,9 @@ __device__ __forceinline__ F sum_over_warp(F x) {
 
 // The in-chunk cumulative sums of g in fp64, computed by one warp: lane l gets G of rows 2l and 2l + 1 (g read as 0
 // past the chunk's end) and every lane G_last = G[len − 1]. Decays exp(G_i − G_j) take the difference in fp64: the
-// fp32 cumsum the forward saves (gcum) is off by ~|G|·6e-8, which near the end of a chunk (|G| ~ 40) cost dg 2e-6 of
-// its largest entry, four times the error of the fp32 token-by-token recurrence.
+// forward's fp32 cumsum is off by ~|G|·6e-8, which near the end of a chunk (|G| ~ 40) cost dg 2e-6 of its largest
+// entry, four times the error of the fp32 token-by-token recurrence (a bound for fp32 runs; 16-bit runs take P, Â and
+// the records the forward saved, computed from that fp32 cumsum: 2e-6 is ~1/2000 of a bf16 step).
 struct ChunkG {
   double G[2];
   double last;
@@ -301,10 +294,11 @@ constexpr std::size_t chunk_smem_bytes() {
 }
 
 // The fp32 workspace: byte offsets of its regions (each 256-byte aligned) and its size.
+// P_planes, A and rec only where the forward did not save them (!gated_delta_saves_intra: fp32 runs).
 struct BwdWorkspace {
   std::size_t P_planes = 0;  // bf16 [NC, Hv, parts, 64, 64]: P of every chunk, split
   std::size_t A = 0;         // [NC, Hv, 64, 64] Â of every chunk
-  std::size_t rec = 0;                 // [T, Hv, kBwdRecord] the recurrence's row scales
+  std::size_t rec = 0;       // [T, Hv, kBwdRecord] the recurrence's row scales
   std::size_t dh = 0;        // [NC, Hv, V, K] dh_nextᵀ: the gradient of the state leaving every chunk, transposed
   std::size_t y = 0;         // [T, Hv, V] y = Ainvᵀ dv_new
   std::size_t bytes = 0;
@@ -319,9 +313,11 @@ inline BwdWorkspace bwd_workspace(GatedDeltaBwdParams const& p) {
   std::size_t const NC = size(p.NC), T = size(p.T), Hv = size(p.Hv), K = size(p.K), V = size(p.V);
   BwdWorkspace w;
   std::size_t o = 0;
-  w.P_planes = at(o, NC * Hv * gated_delta_ainv_parts(p.dtype) * kChunk * kChunk / 2);  // bf16 pairs
-  w.A = at(o, NC * Hv * kChunk * kChunk);
-  w.rec = at(o, T * Hv * kBwdRecord);
+  if (!gated_delta_saves_intra(p.dtype)) {
+    w.P_planes = at(o, NC * Hv * gated_delta_ainv_parts(p.dtype) * kChunk * kChunk / 2);  // bf16 pairs
+    w.A = at(o, NC * Hv * kChunk * kChunk);
+    w.rec = at(o, T * Hv * kBwdRecord);
+  }
   w.dh = at(o, NC * Hv * K * V);
   w.y = at(o, T * Hv * V);
   w.bytes = o;
@@ -1209,7 +1205,8 @@ __global__ void __launch_bounds__(kThreads, 1)
           for (int part = 0; part < kPF; ++part) {
             P_w[jn][hf][part] = *reinterpret_cast<std::uint32_t const*>(P_c + (part * kChunk + i) * kChunk + col);
           }
-          A_w[jn][hf] = *reinterpret_cast<float2 const*>(A_c + i * kChunk + col);
+          // only pairs that reach the diagonal: the forward of 16-bit runs writes Â no further (gated_delta.h)
+          A_w[jn][hf] = col <= i ? *reinterpret_cast<float2 const*>(A_c + i * kChunk + col) : make_float2(0.0f, 0.0f);
         }
       }
       float d1[4][4] = {}, d2[4][4] = {};

@@ -229,6 +229,9 @@ __global__ void __launch_bounds__(kWyThreads) gated_delta_fwd_wy_inverse(GatedDe
   }
   __syncthreads();
 
+  // 16-bit runs in training also save Â, P (the recurrence) and the backward's records (gated_delta_saves_intra)
+  bool const save_intra = p.save && !std::is_same_v<T, float>;
+  static_assert(kBwdRecord >= 8, "the backward record is written as two float4");
   int const slot = warp >> 2, hw = warp & 3, hv_local = 2 * pair + slot;
   bool const active = hv_local < group;  // an odd group leaves the last block's second value head idle
   int const hv = hk * group + hv_local;
@@ -287,12 +290,18 @@ __global__ void __launch_bounds__(kWyThreads) gated_delta_fwd_wy_inverse(GatedDe
       float4* dst = reinterpret_cast<float4*>(rec + ((start + ts) * Hv + hv_t) * kRecord);
       dst[0] = r0;
       dst[1] = r1;
-      if (p.save) p.gcum[(start + ts) * Hv + hv_t] = Gi;
+      if (save_intra) {  // the same scales in the backward recurrence's record (GatedDeltaBwdRecord)
+        float4* bdst = reinterpret_cast<float4*>(p.brec + ((start + ts) * Hv + hv_t) * kBwdRecord);
+        bdst[0] = make_float4(r0.w, r1.x, -r0.y * r0.z, r0.y);
+        bdst[1] = make_float4(r1.w, 0.0f, 0.0f, 0.0f);
+      }
     }
   }
 
   // A of both value heads from the Ŝ tiles, transposed into the squares (rows past the chunk: 0). exp(G_i − G_j)
-  // only for j < i < L: a difference of two partial sums of one chunk, never e^{G_i}·e^{−G_j}.
+  // only for j < i < L: a difference of two partial sums of one chunk, never e^{G_i}·e^{−G_j}. When save_intra,
+  // Â = A / β out as well, on the tiles of the diagonal 16 × 16 blocks and below them (zeros where j >= i or i >= L;
+  // the tiles above are not written, and not read).
   {
     int const g = lane >> 2, t = lane & 3;
 #pragma unroll
@@ -300,16 +309,27 @@ __global__ void __launch_bounds__(kWyThreads) gated_delta_fwd_wy_inverse(GatedDe
       int const idx = warp + 8 * u, mb = idx < 2 ? 0 : idx < 6 ? 1 : idx < 12 ? 2 : 3;
       if (idx < kWyTiles) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          int const i = 16 * mb + g + 8 * (e >> 1), j = 8 * tile_nt[u] + 2 * t + (e & 1);
-          if (j < i) {
-            float const s = rstd_k[i] * rstd_k[j] * acc[u][e];
+        for (int hf = 0; hf < 2; ++hf) {
+          int const i = 16 * mb + g + 8 * hf, j0 = 8 * tile_nt[u] + 2 * t;
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              if (2 * pair + h < group) {
-                float const* G = G_all + h * kChunk;
-                float const a = i < L ? beta_all[h * kChunk + i] * s * policy_exp<T>(G[i] - G[j]) : 0.0f;
-                reinterpret_cast<float*>(gd_smem + Sm::kSquare)[(h * kChunk + j) * kLdInv + i] = a;
+          for (int h = 0; h < 2; ++h) {
+            if (2 * pair + h < group) {
+              float const* G = G_all + h * kChunk;
+              float ahat[2] = {0.0f, 0.0f};
+#pragma unroll
+              for (int b = 0; b < 2; ++b) {
+                int const j = j0 + b;
+                if (j < i) {
+                  float const s = rstd_k[i] * rstd_k[j] * acc[u][2 * hf + b];
+                  float const ex = i < L ? policy_exp<T>(G[i] - G[j]) : 0.0f;
+                  float const a = i < L ? beta_all[h * kChunk + i] * s * ex : 0.0f;
+                  reinterpret_cast<float*>(gd_smem + Sm::kSquare)[(h * kChunk + j) * kLdInv + i] = a;
+                  ahat[b] = i < L ? s * ex : 0.0f;
+                }
+              }
+              if (save_intra) {
+                float* const dst = p.A_hat + (std::int64_t(c) * Hv + hk * group + 2 * pair + h) * kChunk * kChunk;
+                *reinterpret_cast<float2*>(dst + i * kChunk + j0) = make_float2(ahat[0], ahat[1]);
               }
             }
           }
@@ -629,6 +649,19 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
       }
     }
     __syncthreads();  // P complete
+    if constexpr (!std::is_same_v<T, float>) {  // saved for the backward (gated_delta_saves_intra), by one tile
+      if (p.save && vtile == 0) {
+        constexpr int kRowVecs = kChunk / 8;  // 16-byte vectors of bf16 per plane row
+        __nv_bfloat16* const P_out =
+            reinterpret_cast<__nv_bfloat16*>(p.P) + (std::int64_t(chunk0 + it) * Hv + hv) * kPF * kChunk * kChunk;
+#pragma unroll
+        for (int idx = tid; idx < kPF * kChunk * kRowVecs; idx += kThreads) {
+          int const row = idx / kRowVecs, cv = idx % kRowVecs;  // row = part · 64 + i
+          *reinterpret_cast<int4*>(P_out + row * kChunk + 8 * cv) =
+              *reinterpret_cast<int4 const*>(planes + (row / kChunk) * kPlane + (row % kChunk) * kLdSq + 8 * cv);
+        }
+      }
+    }
     if constexpr (kKSplit == 2) {
       if (!does_v_new) tiles_add_smem(vn, exchange + 2 * Sm::kTileFloats, lane);  // vn was zero
     }

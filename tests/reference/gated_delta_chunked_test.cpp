@@ -51,8 +51,8 @@ struct Inputs {
 };
 
 // What the forward saves for the backward, laid out as GatedDeltaFwdParams defines it (Ainv: [T, Hv, chunk], the
-// values whose bf16 parts the fused forward saves). The backward reads all but gcum: like the kernels (which sum in
-// fp64 there), it sums g within the chunk itself.
+// values whose bf16 parts the fused forward saves), plus gcum, the forward's in-chunk cumsum of g, which the backward
+// does not read: like the fp32 kernels (which sum in fp64 there), it sums g within the chunk itself.
 struct Saved {
   Tensor q_rstd, k_rstd, gcum, Ainv, h, v_new;
 };
