@@ -35,10 +35,14 @@ GatedDeltaChunkTable gated_delta_chunk_table(std::vector<std::int32_t> const& cu
 // saved P has as many parts.
 inline int gated_delta_ainv_parts(DType dtype) { return dtype == DType::kF32 ? 3 : 2; }
 
-// Whether the forward also saves the backward's intra-chunk operands (P, Â and the row records below): 16-bit runs,
+// Whether the forward also saves the backward's intra-chunk operands (P and the row records below): 16-bit runs,
 // whose forward computes them anyway; the backward of fp32 runs (the accuracy path) recomputes them from an fp64
 // cumulative sum of g, which the fp32 budgets need and the 16-bit ones do not (kernels/gated_delta/NOTES.md).
 inline bool gated_delta_saves_intra(DType dtype) { return dtype != DType::kF32; }
+
+// Bytes per element of v_new and of the backward's y: bf16 runs store them as the one bf16 part their backward's
+// per-chunk kernel reads (its products reach only gradients rounded to bf16, and dg; NOTES.md), other runs fp32.
+inline int gated_delta_handover_bytes(DType dtype) { return dtype == DType::kBF16 ? 2 : 4; }
 
 // The backward recurrence's row scales: one record of kBwdRecord fp32 per (token, value head), G the in-chunk
 // inclusive cumulative sum of g and G_last its value at the chunk's last token.
@@ -70,13 +74,13 @@ struct GatedDeltaFwdParams {
                                   // chunk's (I + A)^-1 (lower unit-triangular) as bf16 parts (x = Σ parts, to ~2^-16
                                   // relative for 2 parts, fp32 accuracy for 3), columns j = 0..chunk_len-1 of the
                                   // chunk; the rest zero
-  float* h = nullptr;       // [NC, Hv, V, K] state at the start of every chunk, transposed (hᵀ, as the kernels hold it)
-  float* v_new = nullptr;   // [T, Hv, V] u − w·h, the chunk's corrected values
+  float* h = nullptr;       // [NC, Hv, V, K] state at the start of every chunk, transposed (hᵀ, as the kernels hold
+                            // it), each chunk's [V][K] in the kernels' tile order (gated_delta_mma.cuh, state_tile)
+  void* v_new = nullptr;    // [T, Hv, V] u − w·h, the chunk's corrected values: fp32, or bf16 where
+                            // gated_delta_handover_bytes(dtype) == 2
   // Saved as well when gated_delta_saves_intra(dtype), nullptr otherwise; rows past a chunk's end are zero:
   std::uint16_t* P = nullptr;  // bf16 bits [NC, Hv, parts, 64, 64]: P[i][j] = scale rstd_q_i rstd_k_j (q_i·k_j)
                                // e^{G_i − G_j} for j <= i (0 above the diagonal) as gated_delta_ainv_parts bf16 parts
-  float* A_hat = nullptr;      // [NC, Hv, 64, 64]: Â[i][j] = rstd_k_i rstd_k_j (k_i·k_j) e^{G_i − G_j} for j < i, else 0;
-                               // written (and read) only where j < 16·(i/16 + 1), the diagonal blocks and below
   float* brec = nullptr;       // [T, Hv, kBwdRecord]: GatedDeltaBwdRecord of every token
   std::int64_t T = 0;
   int Hk = 0, Hv = 0, K = 128, V = 128;  // Hv % Hk == 0; value head j reads key head j / (Hv / Hk)

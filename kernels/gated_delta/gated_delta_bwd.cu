@@ -66,7 +66,7 @@ void check_bwd_params(GatedDeltaBwdParams const& p) {
       saved(t);
     }
     if (gated_delta_saves_intra(p.dtype)) {
-      for (Named const& t : {Named{p.P, "P"}, Named{p.A_hat, "A_hat"}, Named{p.brec, "brec"}}) saved(t);
+      for (Named const& t : {Named{p.P, "P"}, Named{p.brec, "brec"}}) saved(t);
     }
   }
   if (gated_delta_bwd_workspace_bytes(p) > 0 && reinterpret_cast<std::uintptr_t>(p.workspace) % 256 != 0) {
@@ -87,10 +87,12 @@ constexpr std::size_t kMaxBlockSmem = 227 * 1024;
 static_assert(StateSmem<float, 128, 8>::kBytes <= kMaxBlockSmem &&
               StateSmem<__nv_bfloat16, 128, 8>::kBytes <= kMaxBlockSmem);
 static_assert(chunk_smem_bytes<128, 128>() <= kMaxBlockSmem && ChunkMmaSmem<__half, 128, 128>::kBytes <= kMaxBlockSmem);
+// gated_delta_handover_bytes (the host's sizes of v_new and y) agrees with the kernels' Handover.
+static_assert(sizeof(Handover<__nv_bfloat16>) == 2 && sizeof(Handover<__half>) == 4 && sizeof(Handover<float>) == 4);
 
 template <typename T, int K, int kBWarps>
-void launch_state(GatedDeltaBwdParams const& p, __nv_bfloat16 const* P_planes, float const* rec, float* dh, float* y,
-                  cudaStream_t stream) {
+void launch_state(GatedDeltaBwdParams const& p, __nv_bfloat16 const* P_planes, float const* rec, float* dh,
+                  Handover<T>* y, cudaStream_t stream) {
   using Sm = StateSmem<T, K, kBWarps>;
   auto const kernel = gated_delta_bwd_state<T, K, kBWarps>;
   allow_smem(kernel, Sm::kBytes);
@@ -107,7 +109,7 @@ void launch_state(GatedDeltaBwdParams const& p, __nv_bfloat16 const* P_planes, f
 // step is the same either way, narrower blocks only spread few examples' chains over more multiprocessors.
 template <typename T, int K, int V>
 void launch_state_for(GatedDeltaBwdParams const& p, __nv_bfloat16 const* P_planes, float const* rec, float* dh,
-                      float* y, cudaStream_t stream) {
+                      Handover<T>* y, cudaStream_t stream) {
   if constexpr (V % 128 == 0) {
     int device = 0, sms = 0;
     FUSEPACK_CUDA_CHECK(cudaGetDevice(&device));
@@ -125,10 +127,12 @@ void launch(GatedDeltaBwdParams const& p, cudaStream_t stream) {
   auto* ws = static_cast<char*>(p.workspace);
   auto region = [&](std::size_t offset) { return reinterpret_cast<float*>(ws + offset); };
   auto planes = [&](std::size_t offset) { return reinterpret_cast<__nv_bfloat16*>(ws + offset); };
-  float *const dh = region(w.dh), *const y = region(w.y);
-  // P, Â and the records: saved by the forward of 16-bit runs, recomputed here for fp32 runs
+  float* const dh = region(w.dh);
+  auto* const y = reinterpret_cast<Handover<T>*>(ws + w.y);
+  // P and the records: saved by the forward of 16-bit runs (whose per-chunk kernel forms Â itself), computed here
+  // with Â for fp32 runs
   bool const saved = gated_delta_saves_intra(p.dtype);
-  float *const A = saved ? p.A_hat : region(w.A), *const rec = saved ? p.brec : region(w.rec);
+  float *const A = region(w.A), *const rec = saved ? p.brec : region(w.rec);
   auto* const P_planes = saved ? reinterpret_cast<__nv_bfloat16*>(p.P) : planes(w.P_planes);
   if (p.NC > 0 && !saved) {
     auto const kernel = gated_delta_bwd_intra<T, K>;
@@ -149,7 +153,7 @@ void launch(GatedDeltaBwdParams const& p, cudaStream_t stream) {
     } else {
       auto const kernel = gated_delta_bwd_chunk_mma<T, K, V>;
       allow_smem(kernel, ChunkMmaSmem<T, K, V>::kBytes);
-      kernel<<<blocks, kThreads, ChunkMmaSmem<T, K, V>::kBytes, stream>>>(p, P_planes, A, dh, y);
+      kernel<<<blocks, kThreads, ChunkMmaSmem<T, K, V>::kBytes, stream>>>(p, dh, y);
     }
     FUSEPACK_CUDA_CHECK_LAUNCH();
   }

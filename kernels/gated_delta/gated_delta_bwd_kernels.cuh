@@ -1,7 +1,8 @@
 // The kernels of the chunked gated delta rule backward, in the order gated_delta_bwd.cu runs them:
 //   gated_delta_bwd_intra  per (chunk, value head): P = q̂k̂ᵀ ⊙ decay (i >= j) and Â = k̂k̂ᵀ ⊙ decay (i > j), P also
 //                          as split-bf16 planes, and the per-token record of row scales (fp32 runs only: the forward
-//                          of 16-bit runs saves the same three, gated_delta_saves_intra);
+//                          of 16-bit runs saves P and the records, gated_delta_saves_intra, and their per-chunk
+//                          kernel forms P and Â on its own tiles);
 //   gated_delta_bwd_state  per (example, value head, 16·kBWarps columns of V): the reverse chunk recurrence of dh, y,
 //                          dv, each warp carrying dhᵀ of its 16 value columns in fp32 registers;
 //   gated_delta_bwd_chunk  per (chunk, key head): dβ and dg of the group's value heads in head order, their dq̂ and
@@ -106,8 +107,8 @@ __device__ __forceinline__ F sum_over_warp(F x) {
 // The in-chunk cumulative sums of g in fp64, computed by one warp: lane l gets G of rows 2l and 2l + 1 (g read as 0
 // past the chunk's end) and every lane G_last = G[len − 1]. Decays exp(G_i − G_j) take the difference in fp64: the
 // forward's fp32 cumsum is off by ~|G|·6e-8, which near the end of a chunk (|G| ~ 40) cost dg 2e-6 of its largest
-// entry, four times the error of the fp32 token-by-token recurrence (a bound for fp32 runs; 16-bit runs take P, Â and
-// the records the forward saved, computed from that fp32 cumsum: 2e-6 is ~1/2000 of a bf16 step).
+// entry, four times the error of the fp32 token-by-token recurrence (a bound for fp32 runs; 16-bit runs take P and the
+// records the forward saved, computed from that fp32 cumsum: 2e-6 is ~1/2000 of a bf16 step).
 struct ChunkG {
   double G[2];
   double last;
@@ -207,50 +208,43 @@ __device__ __forceinline__ void store_tile(float* dst, std::int64_t stride, floa
   }
 }
 
-// A rows × cols tile of T held in registers between its global load and its shared-memory store (4 elements per
-// access, kPer accesses per thread), so that the load is in flight while the block computes on the previous tile.
-template <typename T, int kRows, int kCols>
-struct StagedTile {
-  static constexpr int kGroups = kRows * kCols / 4, kPer = kGroups / kThreads;
-  static_assert(kGroups % kThreads == 0, "a whole number of 4-element groups per thread");
-  using Word = std::conditional_t<sizeof(T) == 4, float4, uint2>;  // 4 elements
-  T v[kPer][4];
-  int rows_valid = 0, cols_valid = 0;
+// kSlab columns of a saved hᵀ or dh_nextᵀ [V][K] (state_tile order) held in registers between their global load and
+// their shared-memory store, so that the load is in flight while the block computes on the previous slab: kPer
+// float4 per thread, whole tiles, coalesced. Element x of v[u] is at row(u) + 8·(x/2), column col(u) + x%2 of the slab.
+template <int V, int K>
+struct StateSlab {
+  static constexpr int kTiles = kSlab / 8, kPer = V * kSlab / 4 / kThreads, kVbStep = kThreads / (32 * kTiles);
+  static_assert(V * kSlab / 4 % kThreads == 0 && kThreads % (32 * kTiles) == 0, "whole tiles, as many per thread");
+  float4 v[kPer];
 
-  // Rows at or past rows_valid read as 0 (nothing is loaded for them); columns at or past cols_valid at store().
-  __device__ __forceinline__ void load(T const* src, std::int64_t stride, int rows, int cols) {
-    rows_valid = rows;
-    cols_valid = cols;
-    bool const vec = rows > 0 && reinterpret_cast<std::uintptr_t>(src) % sizeof(Word) == 0 && stride % 4 == 0;
+  // The thread's tile: value block vb0() + kVbStep·u, slab tile nt(); its lane's place in the tile.
+  __device__ __forceinline__ static int vb0() { return int(threadIdx.x) / (32 * kTiles); }
+  __device__ __forceinline__ static int nt() { return (int(threadIdx.x) / 32) % kTiles; }
+  __device__ __forceinline__ static int row(int u) { return 16 * (vb0() + kVbStep * u) + (int(threadIdx.x) & 31) / 4; }
+  __device__ __forceinline__ static int col(int u) { return 8 * nt() + 2 * (int(threadIdx.x) & 3); }
+  // Slab sb of the state of one (chunk, value head) at `state`.
+  __device__ __forceinline__ void load(float const* state, int sb) {
+    float const* const base = state + state_tile(K, vb0(), sb * kTiles + nt()) + 4 * (threadIdx.x & 31);
 #pragma unroll
-    for (int u = 0; u < kPer; ++u) {
-      int const idx = threadIdx.x + u * kThreads, r = idx / (kCols / 4), c = (idx % (kCols / 4)) * 4;
-      if (r < rows) {
-        T const* s = src + r * stride + c;
-        if (vec) {
-          Word const w = *reinterpret_cast<Word const*>(s);
-          memcpy(v[u], &w, sizeof(w));
-        } else {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) v[u][e] = s[e];
-        }
-      } else {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) v[u][e] = from_float<T>(0.0f);
-      }
-    }
+    for (int u = 0; u < kPer; ++u) v[u] = *reinterpret_cast<float4 const*>(base + state_tile(K, kVbStep * u, 0));
   }
-  // Element (r, c) of the tile.
-  __device__ __forceinline__ float at(int u, int e) const {
-    int const idx = threadIdx.x + u * kThreads, r = idx / (kCols / 4), c = (idx % (kCols / 4)) * 4 + e;
-    return r < rows_valid && c < cols_valid ? to_float(v[u][e]) : 0.0f;
-  }
+  // fp32 [V][pitch] (pitch even).
   __device__ __forceinline__ void store(float* dst, int pitch) const {
 #pragma unroll
     for (int u = 0; u < kPer; ++u) {
-      int const idx = threadIdx.x + u * kThreads, r = idx / (kCols / 4), c = (idx % (kCols / 4)) * 4;
-      *reinterpret_cast<float4*>(dst + r * pitch + c) = make_float4(at(u, 0), at(u, 1), at(u, 2), at(u, 3));
+      float* const at = dst + row(u) * pitch + col(u);
+      *reinterpret_cast<float2*>(at) = make_float2(v[u].x, v[u].y);
+      *reinterpret_cast<float2*>(at + 8 * pitch) = make_float2(v[u].z, v[u].w);
     }
+  }
+  // Σ this ⊙ other over the thread's elements, in fp32.
+  __device__ __forceinline__ float dot(StateSlab const& other) const {
+    float s = 0.0f;
+#pragma unroll
+    for (int u = 0; u < kPer; ++u) {
+      s += v[u].x * other.v[u].x + v[u].y * other.v[u].y + v[u].z * other.v[u].z + v[u].w * other.v[u].w;
+    }
+    return s;
   }
 };
 
@@ -294,13 +288,14 @@ constexpr std::size_t chunk_smem_bytes() {
 }
 
 // The fp32 workspace: byte offsets of its regions (each 256-byte aligned) and its size.
-// P_planes, A and rec only where the forward did not save them (!gated_delta_saves_intra: fp32 runs).
+// P_planes, A and rec for fp32 runs only: the forward of 16-bit runs saved P and rec (gated_delta_saves_intra), and
+// their per-chunk kernel forms Â itself.
 struct BwdWorkspace {
   std::size_t P_planes = 0;  // bf16 [NC, Hv, parts, 64, 64]: P of every chunk, split
   std::size_t A = 0;         // [NC, Hv, 64, 64] Â of every chunk
   std::size_t rec = 0;       // [T, Hv, kBwdRecord] the recurrence's row scales
   std::size_t dh = 0;        // [NC, Hv, V, K] dh_nextᵀ: the gradient of the state leaving every chunk, transposed
-  std::size_t y = 0;         // [T, Hv, V] y = Ainvᵀ dv_new
+  std::size_t y = 0;         // [T, Hv, V] y = Ainvᵀ dv_new, fp32 or bf16 (gated_delta_handover_bytes)
   std::size_t bytes = 0;
 };
 inline BwdWorkspace bwd_workspace(GatedDeltaBwdParams const& p) {
@@ -313,13 +308,13 @@ inline BwdWorkspace bwd_workspace(GatedDeltaBwdParams const& p) {
   std::size_t const NC = size(p.NC), T = size(p.T), Hv = size(p.Hv), K = size(p.K), V = size(p.V);
   BwdWorkspace w;
   std::size_t o = 0;
-  if (!gated_delta_saves_intra(p.dtype)) {
+  if (p.dtype == DType::kF32) {
     w.P_planes = at(o, NC * Hv * gated_delta_ainv_parts(p.dtype) * kChunk * kChunk / 2);  // bf16 pairs
     w.A = at(o, NC * Hv * kChunk * kChunk);
     w.rec = at(o, T * Hv * kBwdRecord);
   }
   w.dh = at(o, NC * Hv * K * V);
-  w.y = at(o, T * Hv * V);
+  w.y = at(o, T * Hv * V * gated_delta_handover_bytes(p.dtype) / 4);
   w.bytes = o;
   return w;
 }
@@ -450,7 +445,7 @@ struct StateSmem {
 template <typename T, int K, int kBWarps>
 __global__ void __launch_bounds__(kBWarps * 32, 1)
     gated_delta_bwd_state(GatedDeltaBwdParams p, __nv_bfloat16 const* P_planes, float const* rec, float* dh_out,
-                          float* y_out) {
+                          Handover<T>* y_out) {
   using Sm = StateSmem<T, K, kBWarps>;
   using Pol = SplitPolicy<T>;
   constexpr int kBThreads = kBWarps * 32, kBV = Sm::kBV, kStateTiles = K / 8;
@@ -533,14 +528,11 @@ __global__ void __launch_bounds__(kBWarps * 32, 1)
     int const L = static_cast<int>(eos - t0 < kChunk ? eos - t0 : kChunk);
     auto const rec_at = [&](int i, int field) { return rec_s[i * kBwdRecord + field]; };
 
-    {  // dh_next of chunk c (the state gradient entering this step) as dh_nextᵀ [V][K], pairs adjacent
-      float* const out = dh_out + (std::int64_t(c) * Hv + j) * V * K + (v0 + wc + g) * K + 2 * t;
+    {  // dh_next of chunk c (the state gradient entering this step) as dh_nextᵀ [V][K] in tile order (state_tile)
+      float* const out = dh_out + (std::int64_t(c) * Hv + j) * V * K + state_tile(K, (v0 + wc) / 16, 0) + 4 * lane;
 #pragma unroll
       for (int nt = 0; nt < kStateTiles; ++nt) {
-#pragma unroll
-        for (int hf = 0; hf < 2; ++hf) {
-          *reinterpret_cast<float2*>(out + 8 * hf * K + 8 * nt) = make_float2(dh[nt][2 * hf], dh[nt][2 * hf + 1]);
-        }
+        *reinterpret_cast<float4*>(out + state_tile(K, 0, nt)) = make_float4(dh[nt][0], dh[nt][1], dh[nt][2], dh[nt][3]);
       }
     }
 
@@ -598,17 +590,17 @@ __global__ void __launch_bounds__(kBWarps * 32, 1)
         }
       }
     }
+    {
+      std::int64_t const o = (t0 * Hv + j) * V + v0 + wc, stride = std::int64_t(Hv) * V;
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
+      for (int nt = 0; nt < 8; ++nt) {
+        float dv_t[4];
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        int const i = 8 * nt + 2 * t + (e & 1);
-        if (i < L) {
-          std::int64_t const o = ((t0 + i) * Hv + j) * V + v0 + wc + g + 8 * (e >> 1);
-          y_out[o] = y[nt][e];
-          dv[o] = from_float<T>(rec_at(i, kBrBeta) * y[nt][e]);
-        }
-        y[nt][e] *= rec_at(i, kBrCy);
+        for (int e = 0; e < 4; ++e) dv_t[e] = rec_at(8 * nt + 2 * t + (e & 1), kBrBeta) * y[nt][e];
+        store_tile_pairs(y[nt], lane, y_out + o, stride, 8 * nt, L);
+        store_tile_pairs(dv_t, lane, dv + o, stride, 8 * nt, L);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) y[nt][e] *= rec_at(8 * nt + 2 * t + (e & 1), kBrCy);
       }
     }
 
@@ -896,7 +888,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     std::int64_t const tv0 = (std::int64_t(start) * p.Hv + j) * V, tv_stride = std::int64_t(p.Hv) * V;
     load_tile(do_s, kLdV, static_cast<T const*>(p.dout) + tv0, tv_stride, kChunk, V, len, V, Unit{});
     load_tile(y_s, kLdV, y_in + tv0, tv_stride, kChunk, V, len, V, Unit{});
-    load_tile(vn_s, kLdV, p.v_new + tv0, tv_stride, kChunk, V, len, V, Unit{});
+    load_tile(vn_s, kLdV, static_cast<float const*>(p.v_new) + tv0, tv_stride, kChunk, V, len, V, Unit{});
     __syncthreads();
     for (int r = warp; r < kChunk; r += kWarps) {  // v·y of every row
       float part = 0.0f;
@@ -909,9 +901,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     float const* h_c = p.h + (std::int64_t(c) * p.Hv + j) * K * V;
     float const* dhn_c = dh_in + (std::int64_t(c) * p.Hv + j) * K * V;
-    StagedTile<float, V, kSlab> next_h, next_dh;  // in flight from here to the first state step
-    next_h.load(h_c, K, V, kSlab);
-    next_dh.load(dhn_c, K, V, kSlab);
+    StateSlab<V, K> next_h, next_dh;  // in flight from here to the first state step
+    next_h.load(h_c, 0);
+    next_dh.load(dhn_c, 0);
 
     {  // D1 = do v_newᵀ, D2 = y v_newᵀ on [64 × 64]: warp w owns rows 16·(w/2).., columns 32·(w%2)..
       int const n0 = 32 * (warp & 1);
@@ -971,15 +963,15 @@ __global__ void __launch_bounds__(kThreads, 1)
       // The slab's h and dh_next were loaded into registers during the previous step (the first during dP, dA).
 #pragma unroll
       for (int u = 0; u < decltype(next_h)::kPer; ++u) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) hd += double(next_h.v[u][e] * next_dh.v[u][e]);
+        hd += double(next_h.v[u].x * next_dh.v[u].x) + double(next_h.v[u].y * next_dh.v[u].y) +
+              double(next_h.v[u].z * next_dh.v[u].z) + double(next_h.v[u].w * next_dh.v[u].w);
       }
       next_h.store(h_s, S::kLdS);
       next_dh.store(dhn_s, S::kLdS);
       __syncthreads();
       if (sb + 1 < K / kSlab) {
-        next_h.load(h_c + (sb + 1) * kSlab, K, V, kSlab);
-        next_dh.load(dhn_c + (sb + 1) * kSlab, K, V, kSlab);
+        next_h.load(h_c, sb + 1);
+        next_dh.load(dhn_c, sb + 1);
       }
       float s1[1][2][4], s2[1][2][4], s3[1][2][4];
       zero(s1);
@@ -1046,21 +1038,21 @@ struct ChunkMmaSmem {
   static constexpr std::size_t kRegion = kVnPlanes + 2 * kGP * kVPlane;
   static constexpr std::size_t kMPlanes = 2 * 4 * kGP * kPlane, kSlabPlanes = 2 * 2 * kGP * kSlabPlane;
   static constexpr std::size_t kBase = kRegion + (kMPlanes > kSlabPlanes ? kMPlanes : kSlabPlanes);
-  // Where it fits (one-part planes: bf16 runs), the next head's y, v_new (fp32) and v rows are staged by cp.async
-  // while the block works on the current head: [64][V] each, rows past the chunk zero.
-  static constexpr std::size_t kStageY = align16(kBase), kStageVn = kStageY + 4 * kChunk * V,
-                               kStageV = kStageVn + 4 * kChunk * V, kStagedEnd = kStageV + sizeof(T) * kChunk * V;
+  // Where it fits (one-part planes: bf16 runs), the next head's y, v_new (as stored, Handover<T>) and v rows are
+  // staged by cp.async while the block works on the current head: [64][V] each, rows past the chunk zero.
+  static constexpr std::size_t kHo = sizeof(Handover<T>);
+  static constexpr std::size_t kStageY = align16(kBase), kStageVn = kStageY + kHo * kChunk * V,
+                               kStageV = kStageVn + kHo * kChunk * V, kStagedEnd = kStageV + sizeof(T) * kChunk * V;
   static constexpr bool kStaged = kStagedEnd <= 227 * 1024;
   static constexpr std::size_t kBytes = kStaged ? kStagedEnd : kBase;
 };
 
 template <typename T, int K, int V>
 __global__ void __launch_bounds__(kThreads, 1)
-    gated_delta_bwd_chunk_mma(GatedDeltaBwdParams p, __nv_bfloat16 const* P_planes, float const* A_in,
-                              float const* dh_in, float const* y_in) {
+    gated_delta_bwd_chunk_mma(GatedDeltaBwdParams p, float const* dh_in, Handover<T> const* y_in) {
   using S = ChunkMmaSmem<T, K, V>;
   using Pol = SplitPolicy<T>;
-  constexpr int kPF = Pol::kOrder + 1, kPR = Pol::kRawParts, kOrder = Pol::kOrder, kGP = S::kGP;
+  constexpr int kPR = Pol::kRawParts, kOrder = Pol::kOrder, kGP = S::kGP;
   constexpr int kLdK = S::kLdK, kLdV = S::kLdV;
   constexpr int kNT = K / 16;  // dq̂ / dk̂ column tiles per warp
   extern __shared__ __align__(16) unsigned char gd_chunk_smem[];
@@ -1083,7 +1075,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   int const c = blockIdx.x / p.Hk, kh = blockIdx.x % p.Hk, group = p.Hv / p.Hk;
   int const start = p.chunks[c], len = p.chunks[p.NC + c];
   int const tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+  using Ho = Handover<T>;
   auto const* v = static_cast<T const*>(p.v);
+  auto const* v_new = static_cast<Ho const*>(p.v_new);
   float const scale = p.scale;
 
   // The raw q, k rows of the chunk (zeros past len) and their rstd.
@@ -1111,8 +1105,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto const issue_staged = [&](int jj) {  // its y, v_new and v rows into the staging region
     if constexpr (S::kStaged) {
       std::int64_t const tv = head_rows(jj);
-      copy_rows_async<kChunk, 4 * V, kThreads>(gd_chunk_smem + S::kStageY, 4 * V, y_in + tv, 4 * tv_stride, len);
-      copy_rows_async<kChunk, 4 * V, kThreads>(gd_chunk_smem + S::kStageVn, 4 * V, p.v_new + tv, 4 * tv_stride, len);
+      constexpr int kRowH = int(S::kHo) * V;
+      copy_rows_async<kChunk, kRowH, kThreads>(gd_chunk_smem + S::kStageY, kRowH, y_in + tv, S::kHo * tv_stride, len);
+      copy_rows_async<kChunk, kRowH, kThreads>(gd_chunk_smem + S::kStageVn, kRowH, v_new + tv, S::kHo * tv_stride,
+                                               len);
       copy_rows_async<kChunk, int(sizeof(T)) * V, kThreads>(gd_chunk_smem + S::kStageV, int(sizeof(T)) * V, v + tv,
                                                             sizeof(T) * tv_stride, len);
     }
@@ -1137,22 +1133,22 @@ __global__ void __launch_bounds__(kThreads, 1)
       // row (its V/4 lanes' partial dots, butterfly-summed) on the way.
       constexpr int kIters = kChunk * V / 4 / kThreads;
       static_assert((V / 4) <= 32 && 32 % (V / 4) == 0, "rows of whole lane groups");
-      float4 yv[kIters], nv[kIters];
-      float vv[kIters][4];
+      // (A bf16 hand-over holds the one part already: its split below is exact.)
+      float yv[kIters][4], nv[kIters][4], vv[kIters][4];
 #pragma unroll
       for (int u = 0; u < kIters; ++u) {
         int const idx = tid + u * kThreads, r = idx / (V / 4), c4 = 4 * (idx % (V / 4));
         if constexpr (S::kStaged) {
-          yv[u] = *reinterpret_cast<float4 const*>(flt(S::kStageY) + r * V + c4);
-          nv[u] = *reinterpret_cast<float4 const*>(flt(S::kStageVn) + r * V + c4);
+          load4(reinterpret_cast<Ho const*>(gd_chunk_smem + S::kStageY) + r * V + c4, yv[u]);
+          load4(reinterpret_cast<Ho const*>(gd_chunk_smem + S::kStageVn) + r * V + c4, nv[u]);
           load4(reinterpret_cast<T const*>(gd_chunk_smem + S::kStageV) + r * V + c4, vv[u]);
         } else {
-          yv[u] = nv[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-          vv[u][0] = vv[u][1] = vv[u][2] = vv[u][3] = 0.0f;
+#pragma unroll
+          for (int e = 0; e < 4; ++e) yv[u][e] = nv[u][e] = vv[u][e] = 0.0f;
           if (r < len) {
             std::int64_t const off = tv0 + r * tv_stride + c4;
-            yv[u] = *reinterpret_cast<float4 const*>(y_in + off);
-            nv[u] = *reinterpret_cast<float4 const*>(p.v_new + off);
+            load4(y_in + off, yv[u]);
+            load4(v_new + off, nv[u]);
             load4(v + off, vv[u]);
           }
         }
@@ -1161,16 +1157,16 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int u = 0; u < kIters; ++u) {
         int const idx = tid + u * kThreads, r = idx / (V / 4), c4 = 4 * (idx % (V / 4));
         std::uint32_t y0[kGP], y1[kGP], n0w[kGP], n1w[kGP];
-        split_pair<kGP>(yv[u].x, yv[u].y, y0);
-        split_pair<kGP>(yv[u].z, yv[u].w, y1);
-        split_pair<kGP>(nv[u].x, nv[u].y, n0w);
-        split_pair<kGP>(nv[u].z, nv[u].w, n1w);
+        split_pair<kGP>(yv[u][0], yv[u][1], y0);
+        split_pair<kGP>(yv[u][2], yv[u][3], y1);
+        split_pair<kGP>(nv[u][0], nv[u][1], n0w);
+        split_pair<kGP>(nv[u][2], nv[u][3], n1w);
 #pragma unroll
         for (int part = 0; part < kGP; ++part) {
           *reinterpret_cast<uint2*>(y_pl + part * S::kVPlane + r * kLdV + c4) = make_uint2(y0[part], y1[part]);
           *reinterpret_cast<uint2*>(vn_pl + part * S::kVPlane + r * kLdV + c4) = make_uint2(n0w[part], n1w[part]);
         }
-        float dot = vv[u][0] * yv[u].x + vv[u][1] * yv[u].y + vv[u][2] * yv[u].z + vv[u][3] * yv[u].w;
+        float dot = vv[u][0] * yv[u][0] + vv[u][1] * yv[u][1] + vv[u][2] * yv[u][2] + vv[u][3] * yv[u][3];
 #pragma unroll
         for (int m = V / 8; m >= 1; m >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, m);
         if (idx % (V / 4) == 0) vy[r] = dot;
@@ -1179,9 +1175,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (warp == 0) chunk_head_rows<T>(p, start, len, j, G, beta_s, Gam, s_end);
     float const* h_c = p.h + (std::int64_t(c) * p.Hv + j) * K * V;
     float const* dhn_c = dh_in + (std::int64_t(c) * p.Hv + j) * K * V;
-    StagedTile<float, V, kSlab> next_h, next_dh;  // in flight from here to the first state step
-    next_h.load(h_c, K, V, kSlab);
-    next_dh.load(dhn_c, K, V, kSlab);
+    StateSlab<V, K> next_h, next_dh;  // in flight from here to the first state step
+    next_h.load(h_c, 0);
+    next_dh.load(dhn_c, 0);
     cp_async_wait_all();
     __syncthreads();
     if (S::kStaged && jj + 1 < group) {  // every staged row read: the next head's stream in
@@ -1191,22 +1187,22 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     {  // D1 = do v_newᵀ, D2 = y v_newᵀ on [64 × 64]: warp w owns rows m0.., columns 32·(w%2)..
       int const n0 = 32 * half_w;
-      // P (its parts) and A at the warp's accumulator elements, loaded ahead of the products
-      __nv_bfloat16 const* P_c = P_planes + (std::int64_t(c) * p.Hv + j) * kPF * kChunk * kChunk;
-      float const* A_c = A_in + (std::int64_t(c) * p.Hv + j) * kChunk * kChunk;
-      std::uint32_t P_w[4][2][kPF];
-      float2 A_w[4][2];
+      // S = q kᵀ and Ŝ = k kᵀ of the raw rows on the same elements (P and Â once scaled and decayed below), ahead of
+      // the D products: their tiles landed with the block's first barrier
+      float sq[4][4] = {}, sk[4][4] = {};
 #pragma unroll
-      for (int jn = 0; jn < 4; ++jn) {
+      for (int ks = 0; ks < K / 16; ++ks) {
+        std::uint32_t a_q[kPR][4], a_k[kPR][4];
+        load_a_rows<T, kPR>(q_tile, kLdK, m0, 16 * ks, lane, a_q);
+        load_a_rows<T, kPR>(k_tile, kLdK, m0, 16 * ks, lane, a_k);
 #pragma unroll
-        for (int hf = 0; hf < 2; ++hf) {
-          int const i = m0 + g + 8 * hf, col = n0 + 8 * jn + 2 * t4;
-#pragma unroll
-          for (int part = 0; part < kPF; ++part) {
-            P_w[jn][hf][part] = *reinterpret_cast<std::uint32_t const*>(P_c + (part * kChunk + i) * kChunk + col);
-          }
-          // only pairs that reach the diagonal: the forward of 16-bit runs writes Â no further (gated_delta.h)
-          A_w[jn][hf] = col <= i ? *reinterpret_cast<float2 const*>(A_c + i * kChunk + col) : make_float2(0.0f, 0.0f);
+        for (int np = 0; np < 2; ++np) {
+          std::uint32_t b0[kPR][2], b1[kPR][2];
+          load_b_cols_x2<T, kPR>(k_tile, kLdK, n0 + 16 * np, 16 * ks, lane, b0, b1);
+          mma_split<kOrder>(sq[2 * np], a_q, b0);
+          mma_split<kOrder>(sq[2 * np + 1], a_q, b1);
+          mma_split<kOrder>(sk[2 * np], a_k, b0);
+          mma_split<kOrder>(sk[2 * np + 1], a_k, b1);
         }
       }
       float d1[4][4] = {}, d2[4][4] = {};
@@ -1236,11 +1232,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
           for (int b = 0; b < 2; ++b) {
             int const e = 2 * hf + b, cc = col + b;
-            float P_ij = 0.0f;
-#pragma unroll
-            for (int part = 0; part < kPF; ++part) P_ij += __uint_as_float((P_w[jn][hf][part] >> (16 * b)) << 16);
-            float const A_ij = b == 0 ? A_w[jn][hf].x : A_w[jn][hf].y;
             float const decay = cc <= i && i < len ? expf(float(G[i] - G[cc])) : 0.0f;
+            float const P_ij = (scale * rq[i]) * rk[cc] * sq[jn][e] * decay;
+            float const A_ij = cc < i ? rk[i] * rk[cc] * sk[jn][e] * decay : 0.0f;
             float const dA = cc < i ? -d2[jn][e] : 0.0f;
             float const M1 = d1[jn][e] * decay, Bm = beta_s[i] * dA * decay;
             float const E = d1[jn][e] * P_ij + dA * beta_s[i] * A_ij;  // dP ⊙ P + dA ⊙ A
@@ -1314,34 +1308,29 @@ __global__ void __launch_bounds__(kThreads, 1)
     double hd = 0.0, last = 0.0, s_g[2] = {0.0, 0.0}, s_b[2] = {0.0, 0.0};
 #pragma unroll
     for (int sb = 0; sb < K / kSlab; ++sb) {
-      {
-        float hs = 0.0f;  // the thread's share of the slab, added in fp32, then to the head's fp64 sum
-#pragma unroll
-        for (int u = 0; u < decltype(next_h)::kPer; ++u) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) hs += next_h.v[u][e] * next_dh.v[u][e];
-        }
-        hd += double(hs);
-      }
+      hd += double(next_h.dot(next_dh));  // the thread's share of the slab in fp32, then the head's sum in fp64
 #pragma unroll
       for (int u = 0; u < decltype(next_h)::kPer; ++u) {  // the staged slab rows as planes
-        int const idx = tid + u * kThreads, r = idx / (kSlab / 4), c4 = 4 * (idx % (kSlab / 4));
+        int const at = decltype(next_h)::row(u) * S::kLdS + decltype(next_h)::col(u), below = 8 * S::kLdS;
         std::uint32_t h0[kGP], h1[kGP], d0w[kGP], d1w[kGP];
-        split_pair<kGP>(next_h.v[u][0], next_h.v[u][1], h0);
-        split_pair<kGP>(next_h.v[u][2], next_h.v[u][3], h1);
-        split_pair<kGP>(next_dh.v[u][0], next_dh.v[u][1], d0w);
-        split_pair<kGP>(next_dh.v[u][2], next_dh.v[u][3], d1w);
+        split_pair<kGP>(next_h.v[u].x, next_h.v[u].y, h0);
+        split_pair<kGP>(next_h.v[u].z, next_h.v[u].w, h1);
+        split_pair<kGP>(next_dh.v[u].x, next_dh.v[u].y, d0w);
+        split_pair<kGP>(next_dh.v[u].z, next_dh.v[u].w, d1w);
 #pragma unroll
         for (int part = 0; part < kGP; ++part) {
-          *reinterpret_cast<uint2*>(h_pl + part * S::kSlabPlane + r * S::kLdS + c4) = make_uint2(h0[part], h1[part]);
-          *reinterpret_cast<uint2*>(dh_pl + part * S::kSlabPlane + r * S::kLdS + c4) =
-              make_uint2(d0w[part], d1w[part]);
+          auto* const hp = reinterpret_cast<std::uint32_t*>(h_pl + part * S::kSlabPlane + at);
+          auto* const dp = reinterpret_cast<std::uint32_t*>(dh_pl + part * S::kSlabPlane + at);
+          hp[0] = h0[part];
+          hp[below / 2] = h1[part];
+          dp[0] = d0w[part];
+          dp[below / 2] = d1w[part];
         }
       }
       __syncthreads();
       if (sb + 1 < K / kSlab) {
-        next_h.load(h_c + (sb + 1) * kSlab, K, V, kSlab);
-        next_dh.load(dhn_c + (sb + 1) * kSlab, K, V, kSlab);
+        next_h.load(h_c, sb + 1);
+        next_dh.load(dhn_c, sb + 1);
       }
       float s1[2][4] = {}, s2[2][4] = {}, s3[2][4] = {};
 #pragma unroll

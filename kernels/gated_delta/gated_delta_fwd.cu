@@ -151,11 +151,10 @@ void check_pointers(GatedDeltaFwdParams const& p, void const* workspace) {
       require16(p.Ainv, "Ainv");
       require(p.h, "h");
       require(p.v_new, "v_new");
+      require16(p.v_new, "v_new");
       if (gated_delta_saves_intra(p.dtype)) {
         require(p.P, "P");
         require16(p.P, "P");
-        require(p.A_hat, "A_hat");
-        require16(p.A_hat, "A_hat");
         require(p.brec, "brec");
         require16(p.brec, "brec");
       }

@@ -229,7 +229,7 @@ __global__ void __launch_bounds__(kWyThreads) gated_delta_fwd_wy_inverse(GatedDe
   }
   __syncthreads();
 
-  // 16-bit runs in training also save Â, P (the recurrence) and the backward's records (gated_delta_saves_intra)
+  // 16-bit runs in training also save the backward's records and P (the recurrence; gated_delta_saves_intra)
   bool const save_intra = p.save && !std::is_same_v<T, float>;
   static_assert(kBwdRecord >= 8, "the backward record is written as two float4");
   int const slot = warp >> 2, hw = warp & 3, hv_local = 2 * pair + slot;
@@ -299,9 +299,7 @@ __global__ void __launch_bounds__(kWyThreads) gated_delta_fwd_wy_inverse(GatedDe
   }
 
   // A of both value heads from the Ŝ tiles, transposed into the squares (rows past the chunk: 0). exp(G_i − G_j)
-  // only for j < i < L: a difference of two partial sums of one chunk, never e^{G_i}·e^{−G_j}. When save_intra,
-  // Â = A / β out as well, on the tiles of the diagonal 16 × 16 blocks and below them (zeros where j >= i or i >= L;
-  // the tiles above are not written, and not read).
+  // only for j < i < L: a difference of two partial sums of one chunk, never e^{G_i}·e^{−G_j}.
   {
     int const g = lane >> 2, t = lane & 3;
 #pragma unroll
@@ -309,27 +307,16 @@ __global__ void __launch_bounds__(kWyThreads) gated_delta_fwd_wy_inverse(GatedDe
       int const idx = warp + 8 * u, mb = idx < 2 ? 0 : idx < 6 ? 1 : idx < 12 ? 2 : 3;
       if (idx < kWyTiles) {
 #pragma unroll
-        for (int hf = 0; hf < 2; ++hf) {
-          int const i = 16 * mb + g + 8 * hf, j0 = 8 * tile_nt[u] + 2 * t;
+        for (int e = 0; e < 4; ++e) {
+          int const i = 16 * mb + g + 8 * (e >> 1), j = 8 * tile_nt[u] + 2 * t + (e & 1);
+          if (j < i) {
+            float const s = rstd_k[i] * rstd_k[j] * acc[u][e];
 #pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            if (2 * pair + h < group) {
-              float const* G = G_all + h * kChunk;
-              float ahat[2] = {0.0f, 0.0f};
-#pragma unroll
-              for (int b = 0; b < 2; ++b) {
-                int const j = j0 + b;
-                if (j < i) {
-                  float const s = rstd_k[i] * rstd_k[j] * acc[u][2 * hf + b];
-                  float const ex = i < L ? policy_exp<T>(G[i] - G[j]) : 0.0f;
-                  float const a = i < L ? beta_all[h * kChunk + i] * s * ex : 0.0f;
-                  reinterpret_cast<float*>(gd_smem + Sm::kSquare)[(h * kChunk + j) * kLdInv + i] = a;
-                  ahat[b] = i < L ? s * ex : 0.0f;
-                }
-              }
-              if (save_intra) {
-                float* const dst = p.A_hat + (std::int64_t(c) * Hv + hk * group + 2 * pair + h) * kChunk * kChunk;
-                *reinterpret_cast<float2*>(dst + i * kChunk + j0) = make_float2(ahat[0], ahat[1]);
+            for (int h = 0; h < 2; ++h) {
+              if (2 * pair + h < group) {
+                float const* G = G_all + h * kChunk;
+                float const a = i < L ? beta_all[h * kChunk + i] * s * policy_exp<T>(G[i] - G[j]) : 0.0f;
+                reinterpret_cast<float*>(gd_smem + Sm::kSquare)[(h * kChunk + j) * kLdInv + i] = a;
               }
             }
           }
@@ -527,14 +514,12 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
     std::int64_t const t0 = bos + std::int64_t(it) * kChunk;
     int const L = static_cast<int>(eos - t0 < kChunk ? eos - t0 : kChunk);
 
-    if (p.save) {  // the state entering the chunk, as hᵀ [V][K]: the accumulator's pairs are adjacent there
-      float* const h_out = p.h + (std::int64_t(chunk0 + it) * Hv + hv) * V * kK + (v0 + wc + g) * kK + d0 + 2 * t;
+    if (p.save) {  // the state entering the chunk, hᵀ [V][K] in tile order (state_tile): one 16-byte store a tile
+      float* const h_out = p.h + (std::int64_t(chunk0 + it) * Hv + hv) * V * kK +
+                           state_tile(kK, (v0 + wc) / 16, d0 / 8) + 4 * lane;
 #pragma unroll
       for (int nt = 0; nt < kStateTiles; ++nt) {
-#pragma unroll
-        for (int hf = 0; hf < 2; ++hf) {
-          *reinterpret_cast<float2*>(h_out + 8 * hf * kK + 8 * nt) = make_float2(h[nt][2 * hf], h[nt][2 * hf + 1]);
-        }
+        *reinterpret_cast<float4*>(h_out + state_tile(kK, 0, nt)) = make_float4(h[nt][0], h[nt][1], h[nt][2], h[nt][3]);
       }
     }
 
@@ -598,14 +583,9 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
       }
       if constexpr (kKSplit == 2) tiles_to_smem(vn, exchange + 2 * Sm::kTileFloats, lane);
       if (p.save) {
+        auto* const vn_out = static_cast<Handover<T>*>(p.v_new) + (t0 * Hv + hv) * V + v0 + wc;
 #pragma unroll
-        for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            int const i = 8 * nt + 2 * t + (e & 1), col = v0 + wc + g + 8 * (e >> 1);
-            if (i < L) p.v_new[((t0 + i) * Hv + hv) * V + col] = vn[nt][e];
-          }
-        }
+        for (int nt = 0; nt < 8; ++nt) store_tile_pairs(vn[nt], lane, vn_out, std::int64_t(Hv) * V, 8 * nt, L);
       }
     }
     __syncthreads();  // every warp is done with Ainv and with its v columns; v_new is in the exchange

@@ -4,6 +4,7 @@
 // mma.m16n8k16", .bf16).
 #pragma once
 
+#include "kernels/common/vec.cuh"
 #include "kernels/gated_delta/gated_delta.h"
 
 #include <cuda_bf16.h>
@@ -111,6 +112,12 @@ template <>
 struct SplitPolicy<float> {
   static constexpr int kOrder = 2, kRawParts = 3, kGradParts = 3;
 };
+
+// The storage type of v_new (forward → backward) and y (backward recurrence → per-chunk kernel), whose only
+// consumer of their value is the per-chunk kernel: where it takes one part (kGradParts = 1, bf16 runs) the
+// intermediate is stored as that part, bf16; fp32 otherwise (gated_delta_handover_bytes on the host).
+template <typename T>
+using Handover = std::conditional_t<SplitPolicy<T>::kGradParts == 1, __nv_bfloat16, float>;
 
 __device__ __forceinline__ std::uint32_t bf16x2_bits(__nv_bfloat162 v) {
   std::uint32_t u;
@@ -404,6 +411,42 @@ __device__ __forceinline__ void load_a_trans_floats(E const* tile, int ld, int m
   }
 }
 
+
+// The saved states hᵀ (forward) and dh_nextᵀ (backward recurrence), [V][K] per chunk and value head, are stored in
+// the recurrences' accumulator-tile order: the tile of value rows 16·vb.. and state columns 8·nt.. is 128 consecutive
+// floats, lane l's four (rows 16·vb + l/4 and + 8, columns 8·nt + 2·(l%4) and + 1, in the accumulator's order) at
+// 4·l. A warp saves a tile with one coalesced 16-byte store per lane; the per-chunk kernels read whole tiles.
+__host__ __device__ constexpr std::int64_t state_tile(int K, int vb, int nt) {
+  return (std::int64_t(vb) * (K / 8) + nt) * 128;
+}
+
+// One accumulator tile of the recurrences' transposed frame (d[e] at value column g + 8·(e/2), token 2t + e%2, with
+// g = lane / 4, t = lane % 4) out to a token-major tensor as E, row `token` at dst + token·stride, for tokens < valid.
+// Lanes g and g ^ 1 trade one element, so that each stores two adjacent value columns of one token (one 2-element
+// vector) instead of two scalars: half the store instructions on the recurrences' serial path. All lanes must call.
+template <typename E>
+__device__ __forceinline__ void store_tile_pairs(float const (&d)[4], int lane, E* dst, std::int64_t stride,
+                                                 int token0, int valid) {
+  int const g = lane >> 2, t = lane & 3;
+  bool const odd = (g & 1) != 0;  // keeps token 2t + 1 (its own e = 1, 3), gives token 2t to the partner
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    float const other = __shfl_xor_sync(0xffffffffu, odd ? d[2 * hf] : d[2 * hf + 1], 4);
+    int const token = token0 + 2 * t + (odd ? 1 : 0), col = (g & ~1) + 8 * hf;
+    float const lo = odd ? other : d[2 * hf], hi = odd ? d[2 * hf + 1] : other;
+    if (token < valid) {
+      E* const at = dst + token * stride + col;
+      if constexpr (std::is_same_v<E, float>) {
+        *reinterpret_cast<float2*>(at) = make_float2(lo, hi);
+      } else {
+        E const pair[2] = {from_float<E>(lo), from_float<E>(hi)};
+        std::uint32_t w;
+        memcpy(&w, pair, sizeof(w));
+        *reinterpret_cast<std::uint32_t*>(at) = w;
+      }
+    }
+  }
+}
 
 // d += a · b over the part products a_i · b_j with i + j <= kOrder, smallest first. For fp32-level accuracy
 // (kOrder = 2) the parts are summed into a fresh accumulator and that is added to d by an IEEE fp32 addition: tensor

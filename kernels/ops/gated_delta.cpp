@@ -216,7 +216,7 @@ at::Tensor workspace(std::size_t bytes, at::Tensor const& like) {
 
 // Forward inputs: q, k, v, g, beta, initial_state (optional), cu_seqlens, the device chunk table; outputs: o, and
 // final_state when output_final_state. The tensors the backward reads (q_rstd, k_rstd, Ainv, h, v_new; for 16-bit
-// runs also P, Â and the backward's row records, gated_delta_saves_intra) are allocated and written only when `save`
+// runs also P and the backward's row records, gated_delta_saves_intra) are allocated and written only when `save`
 // (grad mode on and some input requires grad).
 struct GatedDeltaFunction : torch::autograd::Function<GatedDeltaFunction> {
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, at::Tensor const& q,
@@ -235,7 +235,7 @@ struct GatedDeltaFunction : torch::autograd::Function<GatedDeltaFunction> {
     at::Tensor final_state = output_final_state ? at::empty({N, Hv, K, V}, f32) : at::Tensor();
     p.o = o.data_ptr();
     p.final_state = output_final_state ? final_state.data_ptr<float>() : nullptr;
-    at::Tensor q_rstd, k_rstd, Ainv, h, v_new, P, A_hat, brec;
+    at::Tensor q_rstd, k_rstd, Ainv, h, v_new, P, brec;
     if (save) {
       int64_t const parts = gated_delta_ainv_parts(p.dtype);
       auto const bf16 = q.options().dtype(at::kBFloat16);
@@ -243,19 +243,17 @@ struct GatedDeltaFunction : torch::autograd::Function<GatedDeltaFunction> {
       k_rstd = at::empty({T, Hk}, f32);
       Ainv = at::empty({T, Hv, parts, kGatedDeltaChunk}, bf16);  // bf16 parts of the inverse
       h = at::empty({NC, Hv, V, K}, f32);  // the state entering every chunk, transposed (gated_delta.h)
-      v_new = at::empty({T, Hv, V}, f32);
+      v_new = at::empty({T, Hv, V}, gated_delta_handover_bytes(p.dtype) == 2 ? bf16 : f32);
       p.save = true;
       p.q_rstd = q_rstd.data_ptr<float>();
       p.k_rstd = k_rstd.data_ptr<float>();
       p.Ainv = static_cast<std::uint16_t*>(Ainv.data_ptr());
       p.h = h.data_ptr<float>();
-      p.v_new = v_new.data_ptr<float>();
+      p.v_new = v_new.data_ptr();
       if (gated_delta_saves_intra(p.dtype)) {
         P = at::empty({NC, Hv, parts, kGatedDeltaChunk, kGatedDeltaChunk}, bf16);
-        A_hat = at::empty({NC, Hv, kGatedDeltaChunk, kGatedDeltaChunk}, f32);
         brec = at::empty({T, Hv, kBwdRecord}, f32);
         p.P = static_cast<std::uint16_t*>(P.data_ptr());
-        p.A_hat = A_hat.data_ptr<float>();
         p.brec = brec.data_ptr<float>();
       }
     }
@@ -270,7 +268,7 @@ struct GatedDeltaFunction : torch::autograd::Function<GatedDeltaFunction> {
     ctx->saved_data["save"] = save;
     if (save) {
       ctx->save_for_backward(
-          {q, k, v, g, beta, initial_state, cu_seqlens, chunks, q_rstd, k_rstd, Ainv, h, v_new, P, A_hat, brec});
+          {q, k, v, g, beta, initial_state, cu_seqlens, chunks, q_rstd, k_rstd, Ainv, h, v_new, P, brec});
     }
     if (output_final_state) return {o, final_state};
     return {o};
@@ -302,11 +300,10 @@ struct GatedDeltaFunction : torch::autograd::Function<GatedDeltaFunction> {
     p.k_rstd = saved[9].data_ptr<float>();
     p.Ainv = static_cast<std::uint16_t*>(saved[10].data_ptr());
     p.h = saved[11].data_ptr<float>();
-    p.v_new = saved[12].data_ptr<float>();
+    p.v_new = saved[12].data_ptr();
     if (saved[13].defined()) {  // gated_delta_saves_intra
       p.P = static_cast<std::uint16_t*>(saved[13].data_ptr());
-      p.A_hat = saved[14].data_ptr<float>();
-      p.brec = saved[15].data_ptr<float>();
+      p.brec = saved[14].data_ptr<float>();
     }
     p.dout = dout.data_ptr();
     p.dfinal_state = dfinal_state.defined() ? dfinal_state.data_ptr<float>() : nullptr;
