@@ -1,8 +1,8 @@
 // Backward of the chunked gated delta rule: three launches (gated_delta_bwd_kernels.cuh; two for 16-bit runs, whose
-// forward saved what the first computes) over the inputs and the tensors the forward saved. Contract: fp32 state gradient and accumulations,
-// split-bf16 tensor-core products (fp64 FMAs in the per-chunk kernels of fp32 runs, see the kernels' header), one
-// rounding of dq, dk, dv, dbeta to the input dtype; bitwise deterministic (no atomics: every sum, the GQA sum over
-// value heads included, runs in a fixed order).
+// forward saved what the first computes) over the inputs and the tensors the forward saved. Contract: fp32 state
+// gradient and accumulations, split-bf16 tensor-core products (fp64 FMAs in the per-chunk kernels of fp32 runs, see
+// the kernels' header), one rounding of dq, dk, dv, dbeta to the input dtype; bitwise deterministic (no atomics: every
+// sum, the GQA sum over value heads included, runs in a fixed order).
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/static_switch.h"
 #include "kernels/gated_delta/gated_delta.h"

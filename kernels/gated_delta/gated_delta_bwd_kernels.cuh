@@ -528,18 +528,18 @@ __global__ void __launch_bounds__(kBWarps * 32, 1)
     int const L = static_cast<int>(eos - t0 < kChunk ? eos - t0 : kChunk);
     auto const rec_at = [&](int i, int field) { return rec_s[i * kBwdRecord + field]; };
 
-    {  // dh_next of chunk c (the state gradient entering this step) as dh_nextᵀ [V][K] in tile order (state_tile)
-      float* const out = dh_out + (std::int64_t(c) * Hv + j) * V * K + state_tile(K, (v0 + wc) / 16, 0) + 4 * lane;
-#pragma unroll
-      for (int nt = 0; nt < kStateTiles; ++nt) {
-        *reinterpret_cast<float4*>(out + state_tile(K, 0, nt)) = make_float4(dh[nt][0], dh[nt][1], dh[nt][2], dh[nt][3]);
-      }
-    }
-
-    // dv_newᵀ = kBrSrk ⊙ (dhᵀ kᵀ) + doᵀ P over the chunk's tokens; token tiles past L stay zero.
+    // dv_newᵀ = kBrSrk ⊙ (dhᵀ kᵀ) + doᵀ P over the chunk's tokens; token tiles past L stay zero. dh_next of chunk c
+    // (the state gradient entering this step) goes out on the way as dh_nextᵀ [V][K] in tile order (state_tile), two
+    // 16-byte stores per k-step.
+    float* const dh_next = dh_out + (std::int64_t(c) * Hv + j) * V * K + state_tile(K, (v0 + wc) / 16, 0) + 4 * lane;
     float x[8][4] = {};
 #pragma unroll
     for (int ks = 0; ks < K / 16; ++ks) {
+#pragma unroll
+      for (int nt = 2 * ks; nt < 2 * ks + 2; ++nt) {
+        *reinterpret_cast<float4*>(dh_next + state_tile(K, 0, nt)) =
+            make_float4(dh[nt][0], dh[nt][1], dh[nt][2], dh[nt][3]);
+      }
       std::uint32_t a[kPF][4];
       a_from_acc<kPF>(dh[2 * ks], dh[2 * ks + 1], a);
 #pragma unroll

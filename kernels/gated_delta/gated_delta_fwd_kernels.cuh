@@ -514,20 +514,21 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
     std::int64_t const t0 = bos + std::int64_t(it) * kChunk;
     int const L = static_cast<int>(eos - t0 < kChunk ? eos - t0 : kChunk);
 
-    if (p.save) {  // the state entering the chunk, hᵀ [V][K] in tile order (state_tile): one 16-byte store a tile
-      float* const h_out = p.h + (std::int64_t(chunk0 + it) * Hv + hv) * V * kK +
-                           state_tile(kK, (v0 + wc) / 16, d0 / 8) + 4 * lane;
-#pragma unroll
-      for (int nt = 0; nt < kStateTiles; ++nt) {
-        *reinterpret_cast<float4*>(h_out + state_tile(kK, 0, nt)) = make_float4(h[nt][0], h[nt][1], h[nt][2], h[nt][3]);
-      }
-    }
-
     // X = (k h)ᵀ and Z = (q h)ᵀ over the warp's state columns: A = the state slab, B = the raw k / q rows; token
-    // tiles past L are all zero.
+    // tiles past L are all zero. When saving, the state entering the chunk goes out on the way, hᵀ [V][K] in tile
+    // order (state_tile): one 16-byte store per tile, two per k-step, among the products rather than in one burst.
+    float* const h_out = p.h + (std::int64_t(chunk0 + it) * Hv + hv) * V * kK +
+                         state_tile(kK, (v0 + wc) / 16, d0 / 8) + 4 * lane;
     float x[8][4] = {}, z[8][4] = {};
 #pragma unroll
     for (int ks = 0; ks < kKW / 16; ++ks) {
+      if (p.save) {
+#pragma unroll
+        for (int nt = 2 * ks; nt < 2 * ks + 2; ++nt) {
+          *reinterpret_cast<float4*>(h_out + state_tile(kK, 0, nt)) =
+              make_float4(h[nt][0], h[nt][1], h[nt][2], h[nt][3]);
+        }
+      }
       std::uint32_t a[kPF][4];
       a_from_acc<kPF>(h[2 * ks], h[2 * ks + 1], a);
 #pragma unroll
@@ -559,6 +560,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
 
     // Y_i = β_i (v_i − e^{G_i} rstd_k_i X_i) in place of X; v_new = Ainv Y, i.e. v_newᵀ = Yᵀ Ainvᵀ.
     float vn[8][4] = {};
+    auto* const vn_out = static_cast<Handover<T>*>(p.v_new) + (t0 * Hv + hv) * V + v0 + wc;  // when saving
     if (does_v_new) {
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt) {
@@ -582,8 +584,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
         }
       }
       if constexpr (kKSplit == 2) tiles_to_smem(vn, exchange + 2 * Sm::kTileFloats, lane);
-      if (p.save) {
-        auto* const vn_out = static_cast<Handover<T>*>(p.v_new) + (t0 * Hv + hv) * V + v0 + wc;
+      if (kKSplit == 2 && p.save) {  // (kKSplit = 1: among the o products below)
 #pragma unroll
         for (int nt = 0; nt < 8; ++nt) store_tile_pairs(vn[nt], lane, vn_out, std::int64_t(Hv) * V, 8 * nt, L);
       }
@@ -655,6 +656,10 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
       }
 #pragma unroll
       for (int ks = 0; ks < 4; ++ks) {
+        if (kKSplit == 1 && p.save) {  // v_new out, two tiles per k-step
+          store_tile_pairs(vn[2 * ks], lane, vn_out, std::int64_t(Hv) * V, 16 * ks, L);
+          store_tile_pairs(vn[2 * ks + 1], lane, vn_out, std::int64_t(Hv) * V, 16 * ks + 8, L);
+        }
         std::uint32_t a[kPF][4];
         a_from_acc<kPF>(vn[2 * ks], vn[2 * ks + 1], a);
 #pragma unroll
