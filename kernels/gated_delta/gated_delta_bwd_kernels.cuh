@@ -1010,8 +1010,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 // gated_delta_bwd_chunk for 16-bit inputs on split-bf16 tile products: the raw q, k, do as bf16 tiles, the fp32
 // intermediates (y, v_new, the dP̃ and B matrices, the h and dh_next slabs) as planes of kGradParts bf16 parts (one for
-// bf16 runs, two for fp16), every fragment through ldmatrix. The fp64 sums and the order of every sum are
-// gated_delta_bwd_chunk's; Σ h ⊙ dh_next (hd, undamped in dg) is summed from the fp32 slabs, not from their parts.
+// bf16 runs, two for fp16; y and v_new of bf16 runs arrive as that part, Handover), every fragment through ldmatrix;
+// P and Â on the warp's own [16 × 32] elements from q kᵀ and k kᵀ of the raw tiles (fp32), scaled and decayed there.
+// The fp64 sums and the order of every sum are gated_delta_bwd_chunk's; Σ h ⊙ dh_next (hd, undamped in dg) is summed
+// from the fp32 slabs, not from their parts.
 template <typename T, int K, int V>
 struct ChunkMmaSmem {
   static constexpr int kGP = SplitPolicy<T>::kGradParts;  // parts of an fp32 intermediate
