@@ -308,7 +308,7 @@ inline BwdWorkspace bwd_workspace(GatedDeltaBwdParams const& p) {
   std::size_t const NC = size(p.NC), T = size(p.T), Hv = size(p.Hv), K = size(p.K), V = size(p.V);
   BwdWorkspace w;
   std::size_t o = 0;
-  if (p.dtype == DType::kF32) {
+  if (!gated_delta_saves_intra(p.dtype)) {
     w.P_planes = at(o, NC * Hv * gated_delta_ainv_parts(p.dtype) * kChunk * kChunk / 2);  // bf16 pairs
     w.A = at(o, NC * Hv * kChunk * kChunk);
     w.rec = at(o, T * Hv * kBwdRecord);
