@@ -1,5 +1,6 @@
 // Checkpoint I/O (trainer/checkpoint): safetensors round trips of every dtype bit for bit, sharded folders, every kind
-// of corrupt file or index rejected with its reason, the Qwen3.5 name mapping, and the Hugging Face golden's
+// of corrupt file or index rejected with its reason, row reads that touch only their rows' bytes, the streaming writer
+// byte for byte against write_checkpoint's layout, the Qwen3.5 name mapping, and the Hugging Face golden's
 // model.safetensors (written by the Python safetensors library) read back with the names and sums it records.
 #include "trainer/checkpoint/qwen35_names.h"
 #include "trainer/checkpoint/safetensors.h"
@@ -21,10 +22,12 @@
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <map>
 #include <set>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <dirent.h>
@@ -35,7 +38,9 @@
 namespace fusepack::test {
 namespace {
 
+using checkpoint::CheckpointWriter;
 using checkpoint::Metadata;
+using checkpoint::TensorEntry;
 using checkpoint::TensorMap;
 using checkpoint::write_checkpoint;
 using checkpoint::write_safetensors;
@@ -48,14 +53,23 @@ bool exists(std::string const& path) {
   return ::stat(path.c_str(), &st) == 0;
 }
 
-std::vector<std::string> safetensors_files(std::string const& dir) {
-  std::vector<std::string> names;
+// The names in `dir`, without "." and "..".
+std::set<std::string> files_in(std::string const& dir) {
+  std::set<std::string> names;
   DIR* d = ::opendir(dir.c_str());
   while (dirent const* e = d != nullptr ? ::readdir(d) : nullptr) {
     std::string const name = e->d_name;
-    if (name.size() > 12 && name.compare(name.size() - 12, 12, ".safetensors") == 0) names.push_back(name);
+    if (name != "." && name != "..") names.insert(name);
   }
   if (d != nullptr) ::closedir(d);
+  return names;
+}
+
+std::vector<std::string> safetensors_files(std::string const& dir) {
+  std::vector<std::string> names;
+  for (std::string const& name : files_in(dir)) {
+    if (name.size() > 12 && name.compare(name.size() - 12, 12, ".safetensors") == 0) names.push_back(name);
+  }
   return names;
 }
 
@@ -105,13 +119,15 @@ void expect_same_tensors(TensorMap const& expected, TensorMap const& got) {
   }
 }
 
-// `statement` must throw std::runtime_error whose message contains every one of `parts`; the message is printed so
-// the log shows what a user would see.
+// `statement` must throw `Error` whose message contains every one of `parts`; the message is printed so the log shows
+// what a user would see.
+template <typename Error = std::runtime_error>
 void expect_error(std::function<void()> const& statement, std::vector<std::string> const& parts) {
   try {
     statement();
-    ADD_FAILURE() << "expected std::runtime_error containing '" << parts.front() << "'";
-  } catch (std::runtime_error const& e) {
+    ADD_FAILURE() << "expected " << (std::is_same_v<Error, std::runtime_error> ? "std::runtime_error" : "an error")
+                  << " containing '" << parts.front() << "'";
+  } catch (Error const& e) {
     std::printf("[  error   ] %s\n", e.what());
     for (std::string const& part : parts) {
       EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << "missing '" << part << "' in: " << e.what();
@@ -128,11 +144,54 @@ void write_raw(std::string const& path, std::string const& header, std::string c
   out << header << buffer;
 }
 
+// The message of the std::exception `statement` throws; empty when it throws none.
+std::string error_of(std::function<void()> const& statement) {
+  try {
+    statement();
+  } catch (std::exception const& e) {
+    return e.what();
+  }
+  return "";
+}
+
 std::string read_text(std::string const& path) {
   std::ifstream in(path, std::ios::binary);
   std::stringstream s;
   s << in.rdbuf();
   return s.str();
+}
+
+void write_text(std::string const& path, std::string const& text) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
+}
+
+// Every file of `dir`, name → bytes.
+std::map<std::string, std::string> folder_bytes(std::string const& dir) {
+  std::map<std::string, std::string> bytes;
+  for (std::string const& name : files_in(dir)) bytes[name] = read_text(dir + "/" + name);
+  return bytes;
+}
+
+std::vector<TensorEntry> entries_of(TensorMap const& tensors) {
+  std::vector<TensorEntry> entries;
+  for (auto const& [name, t] : tensors) entries.push_back({name, t.scalar_type(), t.sizes().vec()});
+  return entries;
+}
+
+// The first `count` tensors of the writer's write_order().
+void write_first(CheckpointWriter& writer, TensorMap const& tensors, std::size_t count) {
+  for (std::size_t i = 0; i < count; ++i) writer.write(writer.write_order()[i], tensors.at(writer.write_order()[i]));
+}
+
+void write_all(CheckpointWriter& writer, TensorMap const& tensors) {
+  write_first(writer, tensors, writer.write_order().size());
+}
+
+// Every row range [begin, end) of a tensor of `rows` rows, the empty ones included.
+void for_each_row_range(std::int64_t rows, std::function<void(std::int64_t begin, std::int64_t end)> const& check) {
+  for (std::int64_t begin = 0; begin <= rows; ++begin) {
+    for (std::int64_t end = begin; end <= rows; ++end) check(begin, end);
+  }
 }
 
 // One tensor of each dtype with values that exercise it: every BF16 bit pattern (NaNs, infinities, subnormals, -0),
@@ -375,7 +434,8 @@ TEST(Safetensors, RejectsTensorsItCannotWrite) {
   EXPECT_FALSE(exists(dir.file("c.safetensors")));
 }
 
-// A sharded folder of two shards (a, b in shard 1; c in shard 2) whose index `edit` then damages.
+// A sharded folder of two shards (a, b in shard 1; c in shard 2) whose index `edit` then damages: read_checkpoint
+// refuses it with `message`, index_checkpoint with the same words.
 void expect_bad_index(std::function<void(json&)> const& edit, std::vector<std::string> const& message) {
   TempDir dir;
   TensorMap tensors;
@@ -389,7 +449,10 @@ void expect_bad_index(std::function<void(json&)> const& edit, std::vector<std::s
   std::ofstream(index_path) << index.dump();
   std::vector<std::string> parts = message;
   parts.push_back(index_path);
+  std::string const read_error = error_of([&] { checkpoint::read_checkpoint(dir.path()); });
   expect_error([&] { checkpoint::read_checkpoint(dir.path()); }, parts);
+  EXPECT_EQ(error_of([&] { checkpoint::index_checkpoint(dir.path()); }), read_error)
+      << "index_checkpoint refuses the index as read_checkpoint does";
 }
 
 TEST(Checkpoint, RejectsAnIndexNamingAMissingShard) {
@@ -415,6 +478,347 @@ TEST(Checkpoint, RejectsAMalformedIndex) {
   expect_bad_index([](json& index) { index["weight_map"]["a"] = "../model-00001-of-00002.safetensors"; },
                    {"not the name of a file in the index's folder"});
   expect_bad_index([](json& index) { index = json::array(); }, {"must be a JSON object"});
+}
+
+TEST(IndexCheckpoint, RefusesEveryCorruptFileAsReadCheckpointDoes) {
+  TempDir dir;
+  for (Corruption const& c : corruptions()) {
+    SCOPED_TRACE(c.name);
+    std::string const path = dir.file(c.name + ".safetensors");
+    write_raw(path, c.header, c.buffer, c.header_len);
+    std::string const read_error = error_of([&] { checkpoint::read_checkpoint(path); });
+    ASSERT_FALSE(read_error.empty());
+    if (c.name == "BoolByteNotZeroOrOne") {
+      // Tensor bytes are not the index's to read: read_rows refuses them, with read_checkpoint's words.
+      checkpoint::CheckpointIndex const index = checkpoint::index_checkpoint(path);
+      EXPECT_EQ(error_of([&] { checkpoint::read_rows(index.tensors.at("m"), 0, 3); }), read_error);
+    } else {
+      EXPECT_EQ(error_of([&] { checkpoint::index_checkpoint(path); }), read_error);
+    }
+  }
+  for (std::string const& missing : {dir.file("absent.safetensors"), dir.file("absent")}) {
+    EXPECT_EQ(error_of([&] { checkpoint::index_checkpoint(missing); }),
+              error_of([&] { checkpoint::read_checkpoint(missing); }));
+  }
+  ::mkdir(dir.file("empty").c_str(), 0777);
+  expect_error([&] { checkpoint::index_checkpoint(dir.file("empty")); },
+               {dir.file("empty"), "holds neither model.safetensors.index.json nor model.safetensors"});
+}
+
+// Tensors with rows of several dtypes and shapes (1-D, 3-D, no rows, empty rows) and a 0-dim one, which has none.
+TensorMap row_tensors(std::uint64_t seed) {
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  TensorMap t;
+  t["a.f32"] = at::randn({5, 3}, gen, at::kFloat);
+  t["b.bf16"] = at::randn({4, 2, 2}, gen, at::kFloat).to(at::kBFloat16);
+  t["c.i64"] = at::randint(-1000, 1000, {7}, gen, at::kLong);
+  t["d.bool"] = at::randint(0, 2, {6, 2}, gen, at::kLong).to(at::kBool);
+  t["e.u8"] = at::arange(3, at::kInt).to(at::kByte).reshape({3, 1});
+  t["f.f64"] = at::randn({2, 3}, gen, at::kDouble);
+  t["g.no_rows"] = at::empty({0, 4}, at::kFloat);
+  t["h.empty_rows"] = at::empty({3, 0}, at::kHalf);
+  t["i.i8"] = at::arange(-9, 9, at::kInt).to(at::kChar).reshape({9, 2});
+  t["z.scalar"] = at::scalar_tensor(1.5, at::kDouble);
+  return t;
+}
+
+// The three forms a checkpoint path takes; the test reads rows through each.
+class ReadRowsFrom : public ::testing::TestWithParam<std::string> {
+ protected:
+  // Writes `tensors` in this test's form; returns the path to hand to index_checkpoint.
+  std::string write(TempDir const& dir, TensorMap const& tensors) {
+    if (GetParam() == "file") {
+      write_safetensors(dir.file("rows.safetensors"), tensors);
+      return dir.file("rows.safetensors");
+    }
+    std::vector<std::string> const files = write_checkpoint(dir.path(), tensors, GetParam() == "sharded" ? 40 : 0);
+    EXPECT_EQ(files.size() > 1, GetParam() == "sharded");
+    return dir.path();
+  }
+};
+
+TEST_P(ReadRowsFrom, EveryRangeEqualsTheSliceOfReadCheckpoint) {
+  TempDir dir;
+  std::string const path = write(dir, row_tensors(test_seed()));
+  checkpoint::Safetensors const whole = checkpoint::read_checkpoint(path);
+  checkpoint::CheckpointIndex const index = checkpoint::index_checkpoint(path);
+  EXPECT_EQ(index.files, whole.files);
+  EXPECT_EQ(index.metadata, whole.metadata);
+  ASSERT_EQ(index.tensors.size(), whole.tensors.size());
+  for (auto const& [name, t] : whole.tensors) {
+    checkpoint::TensorLocation const& where = index.tensors.at(name);
+    EXPECT_EQ(where.info.name, name);
+    EXPECT_EQ(where.info.dtype, t.scalar_type()) << name;
+    EXPECT_EQ(where.info.shape, t.sizes().vec()) << name;
+    if (t.dim() == 0) continue;
+    for_each_row_range(t.size(0), [&](std::int64_t begin, std::int64_t end) {
+      at::Tensor const rows = checkpoint::read_rows(where, begin, end);
+      EXPECT_TRUE(rows.device().is_cpu() && rows.is_contiguous()) << name;
+      EXPECT_TRUE(bitwise_equal(rows, t.narrow(0, begin, end - begin)))
+          << name << " rows [" << begin << ", " << end << ")";
+    });
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Checkpoint, ReadRowsFrom, ::testing::Values("file", "folder", "sharded"),
+                         [](::testing::TestParamInfo<std::string> const& p) { return p.param; });
+
+TEST(ReadRows, ReadsOnlyTheBytesOfItsRows) {
+  TempDir dir;
+  TensorMap tensors;
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(test_seed());
+  tensors["w"] = at::randn({5, 3}, gen, at::kFloat);
+  tensors["m"] = at::randint(0, 2, {4, 3}, gen, at::kLong).to(at::kBool);
+  tensors["v"] = at::randint(-1000, 1000, {6}, gen, at::kLong);
+  std::string const path = dir.file("w.safetensors");
+  write_safetensors(path, tensors);
+  std::string const original = read_text(path);
+  checkpoint::CheckpointIndex const index = checkpoint::index_checkpoint(path);
+  for (auto const& [name, t] : tensors) {
+    checkpoint::TensorLocation const& where = index.tensors.at(name);
+    std::int64_t const row_bytes = (where.info.end - where.info.begin) / t.size(0);
+    for_each_row_range(t.size(0), [&](std::int64_t begin, std::int64_t end) {
+      // Every byte of the file but the rows' own, header included, becomes 0xA5: not a BOOL byte, not a header.
+      std::size_t const from = static_cast<std::size_t>(where.data_start + where.info.begin + begin * row_bytes);
+      std::size_t const size = static_cast<std::size_t>((end - begin) * row_bytes);
+      std::string corrupt(original.size(), '\xa5');
+      corrupt.replace(from, size, original, from, size);
+      write_text(path, corrupt);
+      EXPECT_TRUE(bitwise_equal(checkpoint::read_rows(where, begin, end), t.narrow(0, begin, end - begin)))
+          << name << " rows [" << begin << ", " << end << ")";
+    });
+  }
+  EXPECT_THROW(checkpoint::read_checkpoint(path), std::runtime_error) << "the file really is corrupt";
+}
+
+TEST(ReadRows, RefusesABoolByteOtherThanZeroOrOneInItsRows) {
+  TempDir dir;
+  std::string const path = dir.file("m.safetensors");
+  write_raw(path, R"({"m":{"dtype":"BOOL","shape":[3,2],"data_offsets":[0,6]}})", std::string("\1\0\1\2\0\1", 6));
+  checkpoint::TensorLocation const where = checkpoint::index_checkpoint(path).tensors.at("m");
+  auto const bools = [](std::vector<std::int64_t> const& v) {
+    return at::tensor(v, at::kLong).to(at::kBool).reshape({1, 2});
+  };
+  EXPECT_TRUE(bitwise_equal(checkpoint::read_rows(where, 0, 1), bools({1, 0})));
+  EXPECT_TRUE(bitwise_equal(checkpoint::read_rows(where, 2, 3), bools({0, 1})));
+  expect_error([&] { checkpoint::read_rows(where, 1, 3); },
+               {path, "tensor 'm'", "BOOL element 3 is byte 2, expected 0 or 1"});
+}
+
+TEST(ReadRows, RefusesARangeOutsideTheTensorNamingTensorRangeAndShape) {
+  TempDir dir;
+  TensorMap tensors;
+  tensors["w"] = at::zeros({4, 3}, at::kFloat);
+  tensors["s"] = at::scalar_tensor(1.0, at::kFloat);
+  std::string const path = dir.file("r.safetensors");
+  write_safetensors(path, tensors);
+  checkpoint::CheckpointIndex const index = checkpoint::index_checkpoint(path);
+  checkpoint::TensorLocation const& w = index.tensors.at("w");
+  for (auto const& [begin, end] : std::vector<std::pair<std::int64_t, std::int64_t>>{{-1, 2}, {3, 2}, {0, 5}, {5, 5}}) {
+    expect_error<std::invalid_argument>(
+        [&] { checkpoint::read_rows(w, begin, end); },
+        {path, "tensor 'w'", "rows [" + std::to_string(begin) + ", " + std::to_string(end) + ")",
+         "are not a range of dim 0 of shape [4, 3]", "expected 0 <= row_begin <= row_end <= 4"});
+  }
+  expect_error<std::invalid_argument>([&] { checkpoint::read_rows(index.tensors.at("s"), 0, 0); },
+                                      {path, "tensor 's'", "rows [0, 0)", "0-dim (shape [])", "has no rows"});
+}
+
+// The layout every fusepack checkpoint has had (these bytes were written before the streaming writer existed): the
+// header's metadata first, then the tensors widest element first and by name, padded by spaces to 8 bytes; shards
+// filled in name order; the index sorted, indented by 2, ending in a newline.
+TensorMap layout_tensors() {
+  TensorMap t;
+  t["after"] = at::arange(5, at::kInt);
+  t["empty"] = at::empty({0}, at::kFloat);
+  t["empty.middle"] = at::empty({3, 0, 2}, at::kBFloat16);
+  t["odd"] = at::ones({3}, at::kHalf);
+  t["scalar"] = at::scalar_tensor(2.5, at::kDouble);
+  return t;
+}
+
+std::string safetensors_bytes(std::string const& header, std::vector<at::Tensor> const& buffer) {
+  std::string bytes;
+  for (std::uint64_t n = header.size(), i = 0; i < 8; ++i, n >>= 8) bytes += static_cast<char>(n & 0xff);
+  bytes += header;
+  for (at::Tensor const& t : buffer) {
+    bytes.append(static_cast<char const*>(t.data_ptr()), static_cast<std::size_t>(t.numel()) * t.element_size());
+  }
+  return bytes;
+}
+
+TEST(CheckpointWriter, WritesTheLayoutWriteCheckpointAlwaysWrote) {
+  TensorMap const t = layout_tensors();
+  std::map<std::string, std::string> const single = {
+      {"model.safetensors",
+       safetensors_bytes(R"({"__metadata__":{"format":"pt"},"scalar":{"dtype":"F64","shape":[],"data_offsets":[0,8]},)"
+                         R"("after":{"dtype":"I32","shape":[5],"data_offsets":[8,28]},)"
+                         R"("empty":{"dtype":"F32","shape":[0],"data_offsets":[28,28]},)"
+                         R"("empty.middle":{"dtype":"BF16","shape":[3,0,2],"data_offsets":[28,28]},)"
+                         R"("odd":{"dtype":"F16","shape":[3],"data_offsets":[28,34]}}  )",
+                         {t.at("scalar"), t.at("after"), t.at("odd")})}};
+  // 8-byte shards: "after" (20 bytes) alone, then the empty tensors and "odd" (6 bytes), then "scalar" (8 bytes).
+  std::string const index = R"({
+  "metadata": {
+    "total_size": 34
+  },
+  "weight_map": {
+    "after": "model-00001-of-00003.safetensors",
+    "empty": "model-00002-of-00003.safetensors",
+    "empty.middle": "model-00002-of-00003.safetensors",
+    "odd": "model-00002-of-00003.safetensors",
+    "scalar": "model-00003-of-00003.safetensors"
+  }
+}
+)";
+  std::string const shard1 = safetensors_bytes(
+      R"({"__metadata__":{"format":"pt"},"after":{"dtype":"I32","shape":[5],"data_offsets":[0,20]}}      )",
+      {t.at("after")});
+
+  TempDir a, b;
+  write_checkpoint(a.path(), t);
+  EXPECT_EQ(folder_bytes(a.path()), single);
+  CheckpointWriter writer(b.path(), entries_of(t));
+  write_all(writer, t);
+  writer.finish();
+  EXPECT_EQ(folder_bytes(b.path()), single);
+
+  write_checkpoint(a.path(), t, 8);
+  CheckpointWriter sharded(b.path(), entries_of(t), 8);
+  write_all(sharded, t);
+  sharded.finish();
+  for (TempDir const* dir : {&a, &b}) {
+    std::map<std::string, std::string> const got = folder_bytes(dir->path());
+    EXPECT_EQ(got.size(), 4u);
+    EXPECT_EQ(got.at("model.safetensors.index.json"), index);
+    EXPECT_EQ(got.at("model-00001-of-00003.safetensors"), shard1);
+  }
+  EXPECT_EQ(folder_bytes(a.path()), folder_bytes(b.path()));
+}
+
+TEST(CheckpointWriter, WritesTheBytesOfWriteCheckpointFromTensorsInAnyOrderAndLayout) {
+  TensorMap const tensors = every_dtype(test_seed());
+  // The same values as views: transposed back and forth (non-contiguous), entries listed in reverse.
+  TensorMap views;
+  std::vector<TensorEntry> entries = entries_of(tensors);
+  std::reverse(entries.begin(), entries.end());
+  for (auto const& [name, t] : tensors) views[name] = t.dim() < 2 ? t : t.transpose(0, 1).contiguous().transpose(0, 1);
+  EXPECT_FALSE(views.at("f32").is_contiguous());
+  for (std::int64_t const max_shard_bytes : {0, 1000, 140000}) {
+    SCOPED_TRACE("max_shard_bytes " + std::to_string(max_shard_bytes));
+    TempDir a, b;
+    std::vector<std::string> const expected_files = write_checkpoint(a.path(), tensors, max_shard_bytes);
+    CheckpointWriter writer(b.path(), entries, max_shard_bytes);
+    write_all(writer, views);
+    EXPECT_EQ(writer.finish(), expected_files);
+    std::map<std::string, std::string> const expected = folder_bytes(a.path()), got = folder_bytes(b.path());
+    EXPECT_EQ(expected.size(), expected_files.size());
+    ASSERT_EQ(got.size(), expected.size());
+    for (auto const& [name, bytes] : expected) EXPECT_TRUE(got.at(name) == bytes) << name << " differs";
+  }
+}
+
+TEST(CheckpointWriter, AsksForTheTensorsFileByFileInBufferOrder) {
+  TempDir dir;
+  CheckpointWriter writer(dir.path(), entries_of(layout_tensors()), 8);
+  EXPECT_EQ(writer.write_order(),
+            (std::vector<std::string>{"after", "empty", "empty.middle", "odd", "scalar"}));
+  TempDir one;
+  EXPECT_EQ(CheckpointWriter(one.path(), entries_of(layout_tensors())).write_order(),
+            (std::vector<std::string>{"scalar", "after", "empty", "empty.middle", "odd"}));
+}
+
+TEST(CheckpointWriter, RefusesATensorOutOfOrderAndStaysUsable) {
+  TempDir dir;
+  TensorMap const t = layout_tensors();
+  CheckpointWriter writer(dir.path(), entries_of(t));
+  expect_error([&] { writer.write("after", t.at("after")); },
+               {dir.path(), "write() got tensor 'after', expected 'scalar' (tensor 1 of 5 in write_order())"});
+  expect_error([&] { writer.write("bias", t.at("after")); },
+               {"got tensor 'bias', expected 'scalar'", "not in the plan"});
+  write_all(writer, t);
+  expect_error([&] { writer.write("odd", t.at("odd")); },
+               {"got tensor 'odd' after all 5 planned tensors were written"});
+  writer.finish();
+  expect_same_tensors(t, checkpoint::read_checkpoint(dir.path()).tensors);
+  expect_error([&] { writer.write("odd", t.at("odd")); }, {"write('odd') after finish()"});
+}
+
+TEST(CheckpointWriter, RefusesAShapeOrDtypeOtherThanPlanned) {
+  TempDir dir;
+  TensorMap t;
+  t["w"] = at::zeros({3, 3}, at::kBFloat16);
+  CheckpointWriter writer(dir.path(), entries_of(t));
+  expect_error([&] { writer.write("w", at::zeros({2, 3}, at::kBFloat16)); },
+               {dir.path(), "tensor 'w': shape [2, 3] does not match the expected [3, 3]",
+                "dimension 0: expected 3, got 2"});
+  expect_error([&] { writer.write("w", at::zeros({3, 3}, at::kFloat)); },
+               {"tensor 'w': dtype Float does not match the expected BFloat16"});
+  expect_error([&] { writer.write("w", at::Tensor()); }, {"tensor 'w': is missing"});
+  writer.write("w", t.at("w"));
+  writer.finish();
+  expect_same_tensors(t, checkpoint::read_checkpoint(dir.path()).tensors);
+}
+
+TEST(CheckpointWriter, RefusesEntriesNoSafetensorsFileHolds) {
+  TempDir dir;
+  std::string const where = "checkpoint " + dir.path();
+  expect_error([&] { CheckpointWriter(dir.path(), {{"w", at::kFloat, {2}}, {"w", at::kFloat, {2}}}); },
+               {where, "tensor 'w' is planned twice"});
+  expect_error([&] { CheckpointWriter(dir.path(), {{"c", at::kComplexFloat, {2}}}); },
+               {where, "tensor 'c'", "dtype ComplexFloat cannot be written"});
+  expect_error([&] { CheckpointWriter(dir.path(), {{"w", at::kFloat, {2, -1}}}); },
+               {where, "tensor 'w'", "shape [2, -1] has a negative dimension"});
+  expect_error([&] { CheckpointWriter(dir.path(), {{"__metadata__", at::kFloat, {2}}}); },
+               {where, "cannot be named '__metadata__'"});
+  expect_error<std::invalid_argument>([&] { CheckpointWriter(dir.path(), {}, -1); },
+                                      {where, "max_shard_bytes must be >= 0", "got -1"});
+  EXPECT_TRUE(files_in(dir.path()).empty());
+}
+
+TEST(CheckpointWriter, FinishWithATensorMissingSavesNothingAndKeepsTheEarlierSave) {
+  TempDir dir;
+  TensorMap const earlier = layout_tensors();
+  write_checkpoint(dir.path(), earlier);
+  TensorMap const t = every_dtype(test_seed());
+  CheckpointWriter writer(dir.path(), entries_of(t), 1000);
+  std::string const missing = writer.write_order()[6];
+  write_first(writer, t, 6);
+  expect_error([&] { writer.finish(); },
+               {dir.path(), "finish() before tensor '" + missing + "' was written (6 of 10 tensors written)"});
+  EXPECT_EQ(files_in(dir.path()), (std::set<std::string>{"model.safetensors"})) << "no shard, no index, no .tmp";
+  expect_same_tensors(earlier, checkpoint::read_checkpoint(dir.path()).tensors);
+}
+
+TEST(CheckpointWriter, DestroyedBeforeFinishRemovesItsTmpFiles) {
+  TempDir dir;
+  TensorMap const t = every_dtype(test_seed());
+  {
+    CheckpointWriter writer(dir.path(), entries_of(t), 1000);
+    write_first(writer, t, 6);
+    std::set<std::string> const during = files_in(dir.path());
+    EXPECT_GE(during.size(), 2u) << "finished shards and the one being written";
+    for (std::string const& name : during) {
+      EXPECT_EQ(name.substr(name.size() - 4), ".tmp") << name << " is at its final name before finish()";
+    }
+  }
+  EXPECT_TRUE(files_in(dir.path()).empty());
+}
+
+TEST(CheckpointWriter, RemovesTheStaleFilesOfAnEarlierSave) {
+  TempDir dir;
+  TensorMap const t = every_dtype(test_seed());
+  write_checkpoint(dir.path(), t, 1000);
+  write_text(dir.file("config.json"), "{}");
+  ASSERT_GT(safetensors_files(dir.path()).size(), 3u);
+  for (std::int64_t const max_shard_bytes : {140000, 0}) {
+    CheckpointWriter writer(dir.path(), entries_of(t), max_shard_bytes);
+    write_all(writer, t);
+    std::vector<std::string> written = writer.finish();
+    written.push_back("config.json");  // not a checkpoint file: kept
+    EXPECT_EQ(files_in(dir.path()), std::set<std::string>(written.begin(), written.end()));
+    expect_same_tensors(t, checkpoint::read_checkpoint(dir.path()).tensors);
+  }
 }
 
 TEST(CheckTensor, NamesTheTensorAndTheMismatch) {
@@ -446,8 +850,8 @@ TEST(Qwen35Names, MapsTheLanguageModelPrefixAndSkipsVisualAndMtp) {
   EXPECT_EQ(text("model.visualizer.weight"), "model.visualizer.weight") << "only the model.visual. prefix is skipped";
 }
 
-TEST(Qwen35Names, ReadsAVlmCheckpointAsTheTextModel) {
-  TempDir dir;
+// A VLM checkpoint: the text model under model.language_model., two vision tensors, one multi-token-prediction one.
+TensorMap vlm_tensors() {
   TensorMap tensors;
   tensors["model.language_model.embed_tokens.weight"] = at::arange(12, at::kFloat).reshape({4, 3});
   tensors["model.language_model.layers.0.input_layernorm.weight"] = at::ones({3}, at::kFloat);
@@ -456,16 +860,43 @@ TEST(Qwen35Names, ReadsAVlmCheckpointAsTheTextModel) {
   tensors["model.visual.patch_embed.proj.weight"] = at::ones({2, 2}, at::kFloat);
   tensors["model.visual.merger.linear_fc1.weight"] = at::ones({2, 2}, at::kFloat);
   tensors["mtp.fc.weight"] = at::ones({3, 6}, at::kFloat);
+  return tensors;
+}
+
+std::set<std::string> const kVlmTextNames = {"lm_head.weight", "model.embed_tokens.weight",
+                                             "model.layers.0.input_layernorm.weight", "model.norm.weight"};
+
+TEST(Qwen35Names, ReadsAVlmCheckpointAsTheTextModel) {
+  TempDir dir;
+  TensorMap const tensors = vlm_tensors();
   write_checkpoint(dir.path(), tensors, 64);  // sharded, so the mapping runs through the index path
   checkpoint::Qwen35TextCheckpoint const read = checkpoint::read_qwen35_text_checkpoint(dir.path());
   std::set<std::string> names;
   for (auto const& entry : read.tensors) names.insert(entry.first);
-  EXPECT_EQ(names, (std::set<std::string>{"lm_head.weight", "model.embed_tokens.weight",
-                                          "model.layers.0.input_layernorm.weight", "model.norm.weight"}));
+  EXPECT_EQ(names, kVlmTextNames);
   EXPECT_EQ(read.skipped_visual, 2);
   EXPECT_EQ(read.skipped_mtp, 1);
   EXPECT_TRUE(bitwise_equal(read.tensors.at("model.embed_tokens.weight"),
                             tensors.at("model.language_model.embed_tokens.weight")));
+}
+
+TEST(Qwen35Names, IndexesAVlmCheckpointAsTheTextModel) {
+  TempDir dir;
+  TensorMap const tensors = vlm_tensors();
+  write_checkpoint(dir.path(), tensors, 64);
+  checkpoint::Qwen35TextIndex const index = checkpoint::index_qwen35_text_checkpoint(dir.path());
+  std::set<std::string> names;
+  for (auto const& entry : index.tensors) names.insert(entry.first);
+  EXPECT_EQ(names, kVlmTextNames);
+  EXPECT_EQ(index.skipped_visual, 2);
+  EXPECT_EQ(index.skipped_mtp, 1);
+  checkpoint::Qwen35TextCheckpoint const read = checkpoint::read_qwen35_text_checkpoint(dir.path());
+  EXPECT_EQ(index.files, read.files);
+  EXPECT_EQ(index.metadata, read.metadata);
+  checkpoint::TensorLocation const& embed = index.tensors.at("model.embed_tokens.weight");
+  EXPECT_EQ(embed.info.name, "model.language_model.embed_tokens.weight") << "the location keeps the file's name";
+  EXPECT_TRUE(bitwise_equal(checkpoint::read_rows(embed, 1, 3),
+                            tensors.at("model.language_model.embed_tokens.weight").narrow(0, 1, 2)));
 }
 
 TEST(Qwen35Names, RejectsTwoNamesForOneTextTensor) {
@@ -474,9 +905,11 @@ TEST(Qwen35Names, RejectsTwoNamesForOneTextTensor) {
   tensors["model.language_model.norm.weight"] = at::zeros({3}, at::kFloat);
   tensors["model.norm.weight"] = at::zeros({3}, at::kFloat);
   write_safetensors(dir.file("both.safetensors"), tensors);
-  expect_error([&] { checkpoint::read_qwen35_text_checkpoint(dir.file("both.safetensors")); },
-               {"'model.language_model.norm.weight' and 'model.norm.weight' both map to the text model's "
-                "'model.norm.weight'"});
+  std::vector<std::string> const message = {
+      dir.file("both.safetensors"),
+      "'model.language_model.norm.weight' and 'model.norm.weight' both map to the text model's 'model.norm.weight'"};
+  expect_error([&] { checkpoint::read_qwen35_text_checkpoint(dir.file("both.safetensors")); }, message);
+  expect_error([&] { checkpoint::index_qwen35_text_checkpoint(dir.file("both.safetensors")); }, message);
 }
 
 // golden/hf/qwen35-tiny: model.safetensors written by transformers' save_pretrained (the Python safetensors

@@ -6,6 +6,7 @@
 #include "trainer/checkpoint/safetensors.h"
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -33,5 +34,17 @@ struct Qwen35TextCheckpoint {
 // read_checkpoint (file or folder, single or sharded) through qwen35_text_name. Throws std::runtime_error when two
 // checkpoint names map to one text name (e.g. both "model.language_model.norm.weight" and "model.norm.weight").
 Qwen35TextCheckpoint read_qwen35_text_checkpoint(std::string const& path);
+
+struct Qwen35TextIndex {
+  std::map<std::string, TensorLocation> tensors;  // under the text model's names, for read_rows
+  Metadata metadata;                              // as index_checkpoint returns it
+  std::vector<std::string> files;                 // the safetensors files indexed
+  std::int64_t skipped_visual = 0;                // model.visual.* tensors
+  std::int64_t skipped_mtp = 0;                   // mtp.* tensors
+};
+
+// index_checkpoint through qwen35_text_name, refusing two names for one text tensor as read_qwen35_text_checkpoint
+// does.
+Qwen35TextIndex index_qwen35_text_checkpoint(std::string const& path);
 
 }  // namespace fusepack::checkpoint

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <memory>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -109,6 +110,17 @@ std::string shape_str(Ints const& shape) {
   return s + "]";
 }
 
+// numel × element_size of a shape of non-negative dimensions, or -1 when that does not fit in int64.
+std::int64_t byte_count(std::vector<std::int64_t> const& shape, std::int64_t element_size) {
+  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) return 0;
+  std::int64_t bytes = element_size;
+  for (std::int64_t const dim : shape) {
+    if (bytes > std::numeric_limits<std::int64_t>::max() / dim) return -1;
+    bytes *= dim;
+  }
+  return bytes;
+}
+
 std::string describe(json const& v) {
   std::string s = v.dump();
   if (s.size() > 60) s = s.substr(0, 57) + "...";
@@ -197,17 +209,8 @@ TensorInfo parse_entry(std::string const& path, std::string const& name, json co
   for (std::size_t i = 0; i < shape.size(); ++i) {
     info.shape.push_back(non_negative(shape[i], path, name, "shape[" + std::to_string(i) + "]"));
   }
-  std::int64_t numel = 1;
-  if (std::find(info.shape.begin(), info.shape.end(), 0) != info.shape.end()) {
-    numel = 0;
-  } else {
-    for (std::int64_t const dim : info.shape) {
-      if (numel > std::numeric_limits<std::int64_t>::max() / d->size / dim) {
-        fail_tensor(path, name, "shape " + shape_str(info.shape) + " holds more bytes than int64 counts");
-      }
-      numel *= dim;
-    }
-  }
+  std::int64_t const expected = byte_count(info.shape, d->size);
+  if (expected < 0) fail_tensor(path, name, "shape " + shape_str(info.shape) + " holds more bytes than int64 counts");
 
   json const& offsets = field("data_offsets");
   if (!offsets.is_array() || offsets.size() != 2) {
@@ -222,7 +225,6 @@ TensorInfo parse_entry(std::string const& path, std::string const& name, json co
                                 std::to_string(buffer) + " (the buffer's size in bytes), got " +
                                 std::to_string(info.end));
   }
-  std::int64_t const expected = numel * d->size;
   if (info.end - info.begin != expected) {
     fail_tensor(path, name, range + " do not match shape " + shape_str(info.shape) + " of " + d->name +
                                 ": expected " + std::to_string(expected) + " bytes, got " +
@@ -231,32 +233,43 @@ TensorInfo parse_entry(std::string const& path, std::string const& name, json co
   return info;
 }
 
+std::ifstream open_for_reading(std::string const& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(path, std::string("cannot open for reading: ") + std::strerror(errno));
+  return in;
+}
+
+// Bytes [offset, offset + nbytes) of the file into `dst`, which holds elements of `info` from index `first_element`
+// on (named in the message for a BOOL byte other than 0 or 1).
+void read_bytes(std::ifstream& in, std::string const& path, TensorInfo const& info, std::int64_t offset,
+                std::int64_t nbytes, void* dst, std::int64_t first_element) {
+  if (nbytes > 0) {
+    in.seekg(offset);
+    in.read(static_cast<char*>(dst), nbytes);
+    if (in.gcount() != nbytes) {
+      fail_tensor(path, info.name, "read " + std::to_string(in.gcount()) + " of " + std::to_string(nbytes) +
+                                       " bytes (did the file change while being read?)");
+    }
+  }
+  if (info.dtype == at::kBool) {
+    auto const* bytes = static_cast<unsigned char const*>(dst);
+    for (std::int64_t i = 0; i < nbytes; ++i) {
+      if (bytes[i] > 1) {
+        fail_tensor(path, info.name, "BOOL element " + std::to_string(first_element + i) + " is byte " +
+                                         std::to_string(bytes[i]) + ", expected 0 or 1");
+      }
+    }
+  }
+}
+
 // Reads the tensors of `header` that `filter` keeps into `into`, straight into each tensor's storage.
 void read_tensors(std::string const& path, SafetensorsHeader const& header, NameFilter const& filter,
                   TensorMap& into) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, std::string("cannot open for reading: ") + std::strerror(errno));
+  std::ifstream in = open_for_reading(path);
   for (TensorInfo const& info : header.tensors) {
     if (filter && !filter(info.name)) continue;
     at::Tensor t = at::empty(info.shape, at::TensorOptions().dtype(info.dtype));
-    std::int64_t const nbytes = info.end - info.begin;
-    if (nbytes > 0) {
-      in.seekg(header.data_start + info.begin);
-      in.read(static_cast<char*>(t.data_ptr()), nbytes);
-      if (in.gcount() != nbytes) {
-        fail_tensor(path, info.name, "read " + std::to_string(in.gcount()) + " of " + std::to_string(nbytes) +
-                                         " bytes (did the file change while being read?)");
-      }
-    }
-    if (info.dtype == at::kBool) {
-      auto const* bytes = static_cast<unsigned char const*>(t.data_ptr());
-      for (std::int64_t i = 0; i < nbytes; ++i) {
-        if (bytes[i] > 1) {
-          fail_tensor(path, info.name, "BOOL element " + std::to_string(i) + " is byte " +
-                                           std::to_string(bytes[i]) + ", expected 0 or 1");
-        }
-      }
-    }
+    read_bytes(in, path, info, header.data_start + info.begin, info.end - info.begin, t.data_ptr(), 0);
     if (!into.emplace(info.name, std::move(t)).second) {
       fail_tensor(path, info.name, "was already read from another file of this checkpoint");
     }
@@ -269,7 +282,14 @@ std::string metadata_value(json const& v) { return v.is_string() ? v.get<std::st
   throw std::runtime_error("checkpoint index " + path + ": " + what);
 }
 
-Safetensors read_sharded(std::string const& path, NameFilter const& filter) {
+// A checkpoint's safetensors files with their validated headers, in reading order, and its metadata; no tensor bytes
+// read yet.
+struct CheckpointFiles {
+  std::vector<std::pair<std::string, SafetensorsHeader>> headers;
+  Metadata metadata;
+};
+
+CheckpointFiles sharded_files(std::string const& path) {
   std::ifstream in(path);
   if (!in) index_fail(path, std::string("cannot open for reading: ") + std::strerror(errno));
   std::stringstream text;
@@ -282,7 +302,7 @@ Safetensors read_sharded(std::string const& path, NameFilter const& filter) {
                          (map_it == doc.end() ? std::string("none") : describe(*map_it)));
   }
 
-  Safetensors out;
+  CheckpointFiles out;
   auto const meta_it = doc.find("metadata");
   if (meta_it != doc.end()) {
     if (!meta_it->is_object()) index_fail(path, "\"metadata\" must be an object; got " + describe(*meta_it));
@@ -304,7 +324,6 @@ Safetensors read_sharded(std::string const& path, NameFilter const& filter) {
 
   // Every shard's header is checked against weight_map before any tensor is read.
   std::string const dir = parent_dir(path);
-  std::vector<std::pair<std::string, SafetensorsHeader>> headers;
   for (auto const& [file, names] : shards) {
     std::string const shard = join(dir, file);
     if (path_kind(shard) != PathKind::kFile) {
@@ -328,35 +347,182 @@ Safetensors read_sharded(std::string const& path, NameFilter const& filter) {
                                             : "puts in shard " + in_quotes(listed->get<std::string>())));
       }
     }
-    headers.emplace_back(shard, std::move(header));
-  }
-  for (auto const& [shard, header] : headers) {
-    read_tensors(shard, header, filter, out.tensors);
-    out.files.push_back(shard);
+    out.headers.emplace_back(shard, std::move(header));
   }
   return out;
 }
 
-// Writes a file through "<path>.tmp" and a rename, so `path` is never half written.
-template <typename WriteBody>
-void write_atomically(std::string const& path, WriteBody const& body) {
-  std::string const tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) fail(path, "cannot open " + tmp + " for writing: " + std::strerror(errno));
-    body(out);
-    out.close();
-    if (out.fail()) {
-      std::remove(tmp.c_str());
-      fail(path, "writing " + tmp + " failed (disk full?)");
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::string const why = std::strerror(errno);
-    std::remove(tmp.c_str());
-    fail(path, "cannot rename " + tmp + " to it: " + why);
-  }
+CheckpointFiles single_file(std::string const& path) {
+  CheckpointFiles out;
+  out.headers.emplace_back(path, read_safetensors_header(path));
+  out.metadata = out.headers.back().second.metadata;
+  return out;
 }
+
+CheckpointFiles checkpoint_files(std::string const& path) {
+  PathKind const kind = path_kind(path);
+  if (kind == PathKind::kMissing) throw std::runtime_error("checkpoint " + path + ": no such file or folder");
+  if (kind != PathKind::kDirectory) return single_file(path);
+  if (path_kind(join(path, kIndexFile)) != PathKind::kMissing) return sharded_files(join(path, kIndexFile));
+  if (path_kind(join(path, kSingleFile)) != PathKind::kMissing) return single_file(join(path, kSingleFile));
+  throw std::runtime_error("checkpoint " + path + ": the folder holds neither " + kIndexFile + " nor " + kSingleFile);
+}
+
+Safetensors read_files(CheckpointFiles const& files, NameFilter const& filter) {
+  Safetensors out;
+  out.metadata = files.metadata;
+  for (auto const& [file, header] : files.headers) {
+    read_tensors(file, header, filter, out.tensors);
+    out.files.push_back(file);
+  }
+  return out;
+}
+
+// A file written as "<path>.tmp" and renamed onto `path` by commit(), so `path` is never half written; destroyed
+// uncommitted, it removes the .tmp.
+class TmpFile {
+ public:
+  explicit TmpFile(std::string path) : path_(std::move(path)), tmp_(path_ + ".tmp") {
+    out_.open(tmp_, std::ios::binary | std::ios::trunc);
+    if (!out_) fail(path_, "cannot open " + tmp_ + " for writing: " + std::strerror(errno));
+  }
+  ~TmpFile() {
+    if (committed_) return;
+    out_.close();
+    std::remove(tmp_.c_str());
+  }
+  TmpFile(TmpFile const&) = delete;
+  TmpFile& operator=(TmpFile const&) = delete;
+
+  void write(void const* data, std::int64_t nbytes) {
+    out_.write(static_cast<char const*>(data), static_cast<std::streamsize>(nbytes));
+    if (!out_) fail(path_, "writing " + tmp_ + " failed (disk full?)");
+  }
+  void close() {
+    if (!out_.is_open()) return;
+    out_.close();
+    if (out_.fail()) fail(path_, "writing " + tmp_ + " failed (disk full?)");
+  }
+  void commit() {
+    close();
+    if (std::rename(tmp_.c_str(), path_.c_str()) != 0) {
+      fail(path_, "cannot rename " + tmp_ + " to it: " + std::strerror(errno));
+    }
+    committed_ = true;
+  }
+
+ private:
+  std::string path_;
+  std::string tmp_;
+  std::ofstream out_;
+  bool committed_ = false;
+};
+
+// The entries of `tensors`, in name order; `where` ("safetensors <path>", "checkpoint <dir>") starts the message for
+// an undefined tensor.
+std::vector<TensorEntry> entries_of(std::string const& where, TensorMap const& tensors) {
+  std::vector<TensorEntry> entries;
+  for (auto const& [name, t] : tensors) {
+    if (!t.defined()) throw std::runtime_error(where + ": tensor " + in_quotes(name) + ": is an undefined tensor");
+    entries.push_back({name, t.scalar_type(), t.sizes().vec()});
+  }
+  return entries;
+}
+
+// The bytes of a tensor a safetensors file can hold, or an error starting with `where`.
+std::int64_t checked_bytes(std::string const& where, TensorEntry const& entry) {
+  if (entry.name.empty() || entry.name == "__metadata__") {
+    throw std::runtime_error(where + ": a tensor cannot be named " + in_quotes(entry.name));
+  }
+  std::string const what = where + ": tensor " + in_quotes(entry.name) + ": ";
+  DtypeEntry const* d = find_dtype(entry.dtype);
+  if (d == nullptr) {
+    throw std::runtime_error(what + "dtype " + c10::toString(entry.dtype) + " cannot be written (supported: " +
+                             supported_dtypes() + ")");
+  }
+  for (std::int64_t const dim : entry.shape) {
+    if (dim < 0) throw std::runtime_error(what + "shape " + shape_str(entry.shape) + " has a negative dimension");
+  }
+  std::int64_t const bytes = byte_count(entry.shape, d->size);
+  if (bytes < 0) {
+    throw std::runtime_error(what + "shape " + shape_str(entry.shape) + " holds more bytes than int64 counts");
+  }
+  return bytes;
+}
+
+// One safetensors file fixed from its tensors' names, dtypes and shapes before any byte is written.
+struct FilePlan {
+  std::string path;
+  std::string prefix;                     // the 8-byte header length and the header, padded by spaces to 8 bytes
+  std::vector<TensorEntry const*> order;  // buffer order
+};
+
+// `entries` in name order, each passed by checked_bytes.
+FilePlan plan_file(std::string path, std::vector<TensorEntry const*> entries, Metadata const& metadata) {
+  // Widest elements first: with the header padded to 8 bytes, every tensor then starts aligned to its element size.
+  std::stable_sort(entries.begin(), entries.end(), [](TensorEntry const* a, TensorEntry const* b) {
+    return c10::elementSize(a->dtype) > c10::elementSize(b->dtype);
+  });
+  ordered_json header = ordered_json::object();
+  if (!metadata.empty()) {
+    ordered_json meta = ordered_json::object();
+    for (auto const& [k, v] : metadata) meta[k] = v;
+    header["__metadata__"] = std::move(meta);
+  }
+  std::int64_t offset = 0;
+  for (TensorEntry const* e : entries) {
+    std::int64_t const nbytes = byte_count(e->shape, static_cast<std::int64_t>(c10::elementSize(e->dtype)));
+    header[e->name] = {{"dtype", find_dtype(e->dtype)->name},
+                       {"shape", e->shape},
+                       {"data_offsets", {offset, offset + nbytes}}};
+    offset += nbytes;
+  }
+  std::string text;
+  try {
+    text = header.dump();
+  } catch (json::type_error const& e) {
+    fail(path, std::string("tensor names and metadata must be valid UTF-8: ") + e.what());
+  }
+  text.append((8 - (8 + text.size()) % 8) % 8, ' ');  // the spec allows trailing spaces in the header
+
+  FilePlan plan{std::move(path), std::string(8, '\0'), std::move(entries)};
+  std::uint64_t n = text.size();
+  for (int i = 0; i < 8; ++i, n >>= 8) plan.prefix[i] = static_cast<char>(n & 0xff);
+  plan.prefix += text;
+  return plan;
+}
+
+// A planned file receiving its tensors one at a time, in buffer order, each already checked against the plan.
+class FileWriter {
+ public:
+  explicit FileWriter(FilePlan plan) : plan_(std::move(plan)) {}
+  FilePlan const& plan() const { return plan_; }
+
+  void append(at::Tensor const& tensor) {
+    open();
+    if (tensor.numel() > 0) {
+      at::Tensor const c = tensor.detach().to(at::kCPU).contiguous();
+      file_->write(c.data_ptr(), c.numel() * static_cast<std::int64_t>(c.element_size()));
+    }
+    if (++written_ == plan_.order.size()) file_->close();  // one file open at a time, however many shards
+  }
+
+  void commit() {
+    open();  // a file of no tensors is its header alone
+    file_->commit();
+  }
+
+ private:
+  void open() {
+    if (file_ != nullptr) return;
+    file_ = std::make_unique<TmpFile>(plan_.path);
+    file_->write(plan_.prefix.data(), static_cast<std::int64_t>(plan_.prefix.size()));
+  }
+
+  FilePlan plan_;
+  std::unique_ptr<TmpFile> file_;
+  std::size_t written_ = 0;
+};
 
 bool is_checkpoint_file(std::string const& name) {
   static std::regex const shard(R"(model-\d{5}-of-\d{5}\.safetensors)");
@@ -454,130 +620,197 @@ SafetensorsHeader read_safetensors_header(std::string const& path) {
 }
 
 Safetensors read_safetensors(std::string const& path, NameFilter const& filter) {
-  SafetensorsHeader const header = read_safetensors_header(path);
-  Safetensors out;
-  out.metadata = header.metadata;
-  read_tensors(path, header, filter, out.tensors);
-  out.files.push_back(path);
-  return out;
+  return read_files(single_file(path), filter);
 }
 
 Safetensors read_checkpoint(std::string const& path, NameFilter const& filter) {
-  PathKind const kind = path_kind(path);
-  if (kind == PathKind::kMissing) throw std::runtime_error("checkpoint " + path + ": no such file or folder");
-  if (kind != PathKind::kDirectory) return read_safetensors(path, filter);
-  if (path_kind(join(path, kIndexFile)) != PathKind::kMissing) return read_sharded(join(path, kIndexFile), filter);
-  if (path_kind(join(path, kSingleFile)) != PathKind::kMissing) return read_safetensors(join(path, kSingleFile), filter);
-  throw std::runtime_error("checkpoint " + path + ": the folder holds neither " + kIndexFile + " nor " + kSingleFile);
+  return read_files(checkpoint_files(path), filter);
+}
+
+CheckpointIndex index_checkpoint(std::string const& path) {
+  CheckpointFiles files = checkpoint_files(path);
+  CheckpointIndex out;
+  out.metadata = std::move(files.metadata);
+  for (auto& [file, header] : files.headers) {
+    for (TensorInfo& info : header.tensors) {
+      std::string const name = info.name;
+      if (!out.tensors.emplace(name, TensorLocation{file, header.data_start, std::move(info)}).second) {
+        fail_tensor(file, name, "is also in another file of this checkpoint");
+      }
+    }
+    out.files.push_back(file);
+  }
+  return out;
+}
+
+at::Tensor read_rows(TensorLocation const& where, std::int64_t row_begin, std::int64_t row_end) {
+  TensorInfo const& info = where.info;
+  std::string const what = "safetensors " + where.file + ": tensor " + in_quotes(info.name) + ": rows [" +
+                           std::to_string(row_begin) + ", " + std::to_string(row_end) + ")";
+  if (info.shape.empty()) {
+    throw std::invalid_argument(what + " cannot be read: the tensor is 0-dim (shape []) and has no rows");
+  }
+  std::int64_t const rows = info.shape[0];
+  if (row_begin < 0 || row_begin > row_end || row_end > rows) {
+    throw std::invalid_argument(what + " are not a range of dim 0 of shape " + shape_str(info.shape) +
+                                ": expected 0 <= row_begin <= row_end <= " + std::to_string(rows));
+  }
+  std::vector<std::int64_t> shape = info.shape;
+  shape[0] = row_end - row_begin;
+  at::Tensor t = at::empty(shape, at::TensorOptions().dtype(info.dtype));
+  // The header was validated: the tensor's bytes are exactly rows × row_bytes.
+  std::int64_t const row_bytes = rows == 0 ? 0 : (info.end - info.begin) / rows;
+  std::int64_t const row_elements = row_bytes / static_cast<std::int64_t>(c10::elementSize(info.dtype));
+  std::ifstream in = open_for_reading(where.file);
+  read_bytes(in, where.file, info, where.data_start + info.begin + row_begin * row_bytes,
+             (row_end - row_begin) * row_bytes, t.data_ptr(), row_begin * row_elements);
+  return t;
 }
 
 void write_safetensors(std::string const& path, TensorMap const& tensors, Metadata const& metadata) {
   require_little_endian();
-  struct Item {
-    std::string const* name;
-    at::Tensor const* tensor;
-    DtypeEntry const* dtype;
-    std::int64_t nbytes;
-  };
-  std::vector<Item> items;
-  for (auto const& [name, t] : tensors) {
-    if (name.empty() || name == "__metadata__") fail(path, "a tensor cannot be named " + in_quotes(name));
-    if (!t.defined()) fail_tensor(path, name, "is an undefined tensor");
-    DtypeEntry const* d = find_dtype(t.scalar_type());
-    if (d == nullptr) {
-      fail_tensor(path, name, std::string("dtype ") + c10::toString(t.scalar_type()) +
-                                  " cannot be written (supported: " + supported_dtypes() + ")");
-    }
-    items.push_back({&name, &t, d, t.numel() * d->size});
+  std::string const where = "safetensors " + path;
+  std::vector<TensorEntry> const entries = entries_of(where, tensors);
+  std::vector<TensorEntry const*> planned;
+  for (TensorEntry const& e : entries) {
+    checked_bytes(where, e);
+    planned.push_back(&e);
   }
-  // Widest elements first: with the header padded to 8 bytes, every tensor then starts aligned to its element size.
-  std::stable_sort(items.begin(), items.end(), [](Item const& a, Item const& b) { return a.dtype->size > b.dtype->size; });
-
-  ordered_json header = ordered_json::object();
-  if (!metadata.empty()) {
-    ordered_json meta = ordered_json::object();
-    for (auto const& [k, v] : metadata) meta[k] = v;
-    header["__metadata__"] = std::move(meta);
-  }
-  std::int64_t offset = 0;
-  for (Item const& item : items) {
-    header[*item.name] = {{"dtype", item.dtype->name},
-                          {"shape", item.tensor->sizes().vec()},
-                          {"data_offsets", {offset, offset + item.nbytes}}};
-    offset += item.nbytes;
-  }
-  std::string text;
-  try {
-    text = header.dump();
-  } catch (json::type_error const& e) {
-    fail(path, std::string("tensor names and metadata must be valid UTF-8: ") + e.what());
-  }
-  text.append((8 - (8 + text.size()) % 8) % 8, ' ');  // the spec allows trailing spaces in the header
-
-  write_atomically(path, [&](std::ofstream& out) {
-    unsigned char len[8];
-    std::uint64_t n = text.size();
-    for (int i = 0; i < 8; ++i, n >>= 8) len[i] = static_cast<unsigned char>(n & 0xff);
-    out.write(reinterpret_cast<char const*>(len), 8);
-    out.write(text.data(), static_cast<std::streamsize>(text.size()));
-    for (Item const& item : items) {
-      if (item.nbytes == 0) continue;
-      at::Tensor const c = item.tensor->detach().to(at::kCPU).contiguous();
-      out.write(static_cast<char const*>(c.data_ptr()), item.nbytes);
-    }
-  });
+  FileWriter file(plan_file(path, std::move(planned), metadata));
+  for (TensorEntry const* e : file.plan().order) file.append(tensors.at(e->name));
+  file.commit();
 }
 
-std::vector<std::string> write_checkpoint(std::string const& dir, TensorMap const& tensors,
-                                          std::int64_t max_shard_bytes, Metadata const& metadata) {
+struct CheckpointWriter::Impl {
+  std::string dir;
+  std::vector<TensorEntry> entries;          // name order; the plans point into it
+  std::vector<FileWriter> files;
+  std::vector<std::string> file_names;       // as finish() returns them, before kIndexFile
+  std::int64_t total_bytes = 0;
+  std::vector<std::string> order;            // write_order()
+  std::vector<std::size_t> file_of;          // order[i] goes to files[file_of[i]]
+  std::vector<TensorEntry const*> entry_of;  // and is planned as *entry_of[i]
+  std::size_t next = 0;                      // order[next] is the next tensor write() takes
+  bool finished = false;
+
+  std::string where() const { return "checkpoint " + dir; }
+};
+
+CheckpointWriter::CheckpointWriter(std::string dir, std::vector<TensorEntry> entries, std::int64_t max_shard_bytes,
+                                   Metadata metadata)
+    : impl_(std::make_unique<Impl>()) {
+  require_little_endian();
+  Impl& w = *impl_;
+  w.dir = std::move(dir);
   if (max_shard_bytes < 0) {
-    throw std::invalid_argument("write_checkpoint: max_shard_bytes must be >= 0 (0 = one file); got " +
+    throw std::invalid_argument(w.where() + ": max_shard_bytes must be >= 0 (0 = one file); got " +
                                 std::to_string(max_shard_bytes));
   }
-  make_dirs(dir);
+  w.entries = std::move(entries);
+  std::sort(w.entries.begin(), w.entries.end(),
+            [](TensorEntry const& a, TensorEntry const& b) { return a.name < b.name; });
 
-  std::int64_t total = 0;
-  std::vector<TensorMap> shards(1);
+  // Shards filled in name order; a tensor larger than the limit gets a shard of its own.
+  std::vector<std::vector<TensorEntry const*>> shards(1);
   std::int64_t in_shard = 0;
-  for (auto const& [name, t] : tensors) {
-    std::int64_t const nbytes = t.defined() ? t.numel() * static_cast<std::int64_t>(t.element_size()) : 0;
+  for (std::size_t i = 0; i < w.entries.size(); ++i) {
+    TensorEntry const& e = w.entries[i];
+    if (i > 0 && w.entries[i - 1].name == e.name) {
+      throw std::runtime_error(w.where() + ": tensor " + in_quotes(e.name) + " is planned twice");
+    }
+    std::int64_t const nbytes = checked_bytes(w.where(), e);
     if (max_shard_bytes > 0 && !shards.back().empty() && in_shard + nbytes > max_shard_bytes) {
       shards.emplace_back();
       in_shard = 0;
     }
-    shards.back().emplace(name, t);
+    shards.back().push_back(&e);
     in_shard += nbytes;
-    total += nbytes;
+    w.total_bytes += nbytes;
   }
 
-  std::vector<std::string> written;
-  if (shards.size() == 1) {
-    write_safetensors(join(dir, kSingleFile), tensors, metadata);
-    written.push_back(kSingleFile);
-  } else {
-    ordered_json weight_map = ordered_json::object();
-    std::map<std::string, std::string> names;  // sorted weight_map, as transformers writes it
-    for (std::size_t i = 0; i < shards.size(); ++i) {
-      char file[64];
-      std::snprintf(file, sizeof file, "model-%05zu-of-%05zu.safetensors", i + 1, shards.size());
-      write_safetensors(join(dir, file), shards[i], metadata);
-      written.push_back(file);
-      for (auto const& entry : shards[i]) names[entry.first] = file;
+  make_dirs(w.dir);
+  for (std::size_t i = 0; i < shards.size(); ++i) {
+    char file[64];
+    std::snprintf(file, sizeof file, "model-%05zu-of-%05zu.safetensors", i + 1, shards.size());
+    w.file_names.push_back(shards.size() == 1 ? kSingleFile : file);
+    w.files.emplace_back(plan_file(join(w.dir, w.file_names.back()), std::move(shards[i]), metadata));
+    for (TensorEntry const* e : w.files.back().plan().order) {
+      w.order.push_back(e->name);
+      w.file_of.push_back(i);
+      w.entry_of.push_back(e);
     }
-    for (auto const& [name, file] : names) weight_map[name] = file;
-    ordered_json index = {{"metadata", {{"total_size", total}}}, {"weight_map", std::move(weight_map)}};
+  }
+}
+
+CheckpointWriter::~CheckpointWriter() = default;
+CheckpointWriter::CheckpointWriter(CheckpointWriter&&) noexcept = default;
+CheckpointWriter& CheckpointWriter::operator=(CheckpointWriter&&) noexcept = default;
+
+std::vector<std::string> const& CheckpointWriter::write_order() const { return impl_->order; }
+
+void CheckpointWriter::write(std::string const& name, at::Tensor const& tensor) {
+  Impl& w = *impl_;
+  if (w.finished) throw std::runtime_error(w.where() + ": write(" + in_quotes(name) + ") after finish()");
+  if (w.next == w.order.size()) {
+    throw std::runtime_error(w.where() + ": write() got tensor " + in_quotes(name) + " after all " +
+                             std::to_string(w.order.size()) + " planned tensors were written");
+  }
+  if (name != w.order[w.next]) {
+    bool const planned = std::find(w.order.begin(), w.order.end(), name) != w.order.end();
+    throw std::runtime_error(w.where() + ": write() got tensor " + in_quotes(name) + ", expected " +
+                             in_quotes(w.order[w.next]) + " (tensor " + std::to_string(w.next + 1) + " of " +
+                             std::to_string(w.order.size()) + " in write_order())" +
+                             (planned ? "" : "; " + in_quotes(name) + " is not in the plan"));
+  }
+  TensorEntry const& planned = *w.entry_of[w.next];
+  try {
+    check_tensor(name, tensor, planned.shape, planned.dtype);
+  } catch (std::runtime_error const& e) {
+    throw std::runtime_error(w.where() + ": " + e.what());
+  }
+  w.files[w.file_of[w.next]].append(tensor);
+  ++w.next;
+}
+
+std::vector<std::string> CheckpointWriter::finish() {
+  Impl& w = *impl_;
+  if (w.finished) throw std::runtime_error(w.where() + ": finish() called twice");
+  w.finished = true;
+  if (w.next < w.order.size()) {
+    std::string const missing = w.order[w.next];
+    w.files.clear();  // removes the .tmp files
+    throw std::runtime_error(w.where() + ": finish() before tensor " + in_quotes(missing) + " was written (" +
+                             std::to_string(w.next) + " of " + std::to_string(w.order.size()) +
+                             " tensors written); nothing was saved");
+  }
+  for (FileWriter& file : w.files) file.commit();
+  std::vector<std::string> written = w.file_names;
+  if (w.files.size() > 1) {
+    std::map<std::string, std::string> files;  // sorted weight_map, as transformers writes it
+    for (std::size_t i = 0; i < w.order.size(); ++i) files[w.order[i]] = w.file_names[w.file_of[i]];
+    ordered_json weight_map = ordered_json::object();
+    for (auto const& [name, file] : files) weight_map[name] = file;
+    ordered_json index = {{"metadata", {{"total_size", w.total_bytes}}}, {"weight_map", std::move(weight_map)}};
     std::string const text = index.dump(2) + "\n";
-    write_atomically(join(dir, kIndexFile),
-                     [&](std::ofstream& out) { out.write(text.data(), static_cast<std::streamsize>(text.size())); });
+    TmpFile file(join(w.dir, kIndexFile));
+    file.write(text.data(), static_cast<std::int64_t>(text.size()));
+    file.commit();
     written.push_back(kIndexFile);
   }
 
-  for (std::string const& name : list_dir(dir)) {
+  for (std::string const& name : list_dir(w.dir)) {
     if (is_checkpoint_file(name) && std::find(written.begin(), written.end(), name) == written.end()) {
-      std::remove(join(dir, name).c_str());
+      std::remove(join(w.dir, name).c_str());
     }
   }
   return written;
+}
+
+std::vector<std::string> write_checkpoint(std::string const& dir, TensorMap const& tensors,
+                                          std::int64_t max_shard_bytes, Metadata const& metadata) {
+  CheckpointWriter writer(dir, entries_of("checkpoint " + dir, tensors), max_shard_bytes, metadata);
+  for (std::string const& name : writer.write_order()) writer.write(name, tensors.at(name));
+  return writer.finish();
 }
 
 void check_tensor(std::string const& name, at::Tensor const& tensor, c10::IntArrayRef expected_shape,
