@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -22,6 +24,18 @@ BinaryResult run_binary(std::string const& binary, std::string const& display_na
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   std::printf("[   run    ] %s %s -> exit %d\n%s", display_name.c_str(), args.c_str(), r.exit_code, r.out.c_str());
   return r;
+}
+
+int free_tcp_port() {
+  int const fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  bool const ok = fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
+  if (fd >= 0) ::close(fd);
+  return ok ? ntohs(addr.sin_port) : 29500;
 }
 
 // Nothing from std::filesystem beyond temp_directory_path: remove_all crashes in binaries linked with libtorch (it

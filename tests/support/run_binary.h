@@ -15,6 +15,9 @@ struct BinaryResult {
 // the test log shows what a user would see.
 BinaryResult run_binary(std::string const& binary, std::string const& display_name, std::string const& args);
 
+// A TCP port on the loopback interface that was free a moment ago (for a rendezvous store); 29500 if none is found.
+int free_tcp_port();
+
 // <temp dir>/<prefix>_<current GoogleTest test name>_<pid><suffix>: distinct per test and per process.
 std::string test_temp_path(std::string const& prefix, std::string const& suffix);
 

@@ -464,6 +464,10 @@ Qwen35Config make_qwen35_27b() {
   return with_layers(c, 64);
 }
 
+// The first 4 layers of Qwen3.5-27B ([L, L, L, F], 4.06 B parameters with its embedding and head): the shape of the
+// big model's layers and vocabulary at a size one GPU trains, for benchmarks.
+Qwen35Config make_qwen35_27b_4layers() { return with_layers(make_qwen35_27b(), 4); }
+
 struct Preset {
   char const* name;
   Qwen35Config (*make)();
@@ -474,6 +478,7 @@ constexpr Preset kPresets[] = {
     {"bench-200m", make_bench_200m},
     {"qwen35-0.8b", make_qwen35_0_8b},
     {"qwen35-27b", make_qwen35_27b},
+    {"qwen35-27b-4layers", make_qwen35_27b_4layers},
 };
 
 }  // namespace

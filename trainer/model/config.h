@@ -97,6 +97,7 @@ struct Qwen35Config {
 //   bench-200m    hidden 1024, 8 layers = 2 × [3 DeltaNet + 1 attention], the kernel benchmark model
 //   qwen35-0.8b   Qwen/Qwen3.5-0.8B's text config (tied embeddings)
 //   qwen35-27b    Qwen/Qwen3.5-27B's text config
+//   qwen35-27b-4layers  its first 4 layers with its embedding and head (4.06 B parameters): a one-GPU benchmark
 // preset() throws std::invalid_argument listing the known names.
 Qwen35Config preset(std::string const& name);
 std::vector<std::string> preset_names();

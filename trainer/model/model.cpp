@@ -1,9 +1,9 @@
 #include "trainer/model/model.h"
 
 #include "kernels/ops/rmsnorm.h"
+#include "trainer/model/init.h"
 
 #include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/grad_mode.h>
 
 #include <algorithm>
@@ -32,7 +32,7 @@ std::string name_list(std::vector<std::string> const& names, std::size_t limit =
 Qwen35ForCausalLM::Qwen35ForCausalLM(Qwen35Config config, ModelOptions options)
     : config_(std::move(config)), options_(options) {
   config_.validate();
-  for (at::ScalarType t : {options_.dtype, compute_dtype()}) {
+  for (at::ScalarType t : {options_.dtype, options_.compute_dtype.value_or(options_.dtype)}) {
     if (!at::isFloatingType(t)) {
       throw std::invalid_argument(std::string("Qwen35ForCausalLM: the parameter and compute dtypes must be floating "
                                               "point; got ") +
@@ -78,18 +78,10 @@ void Qwen35ForCausalLM::init_parameters(std::uint64_t seed) {
   if (options_.device.is_meta()) {
     throw std::invalid_argument("Qwen35ForCausalLM::init_parameters: the model is on the meta device (shapes only)");
   }
-  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   at::NoGradGuard no_grad;
   std::vector<ParameterSpec> const specs = parameter_specs(config_);
   for (std::size_t i = 0; i < specs.size(); ++i) {
-    at::Tensor v = at::empty(specs[i].shape, at::TensorOptions().dtype(at::kDouble));
-    switch (specs[i].init) {
-      case ParameterInit::kNormal: v.normal_(0.0, config_.initializer_range, gen); break;
-      case ParameterInit::kZeros: v.zero_(); break;
-      case ParameterInit::kOnes: v.fill_(1.0); break;
-      case ParameterInit::kALog: v.uniform_(0.01, 16.0, gen).log_(); break;
-    }
-    params_[i].second.copy_(v);
+    init_parameter_rows(specs[i], config_.initializer_range, seed, /*row_begin=*/0, params_[i].second);
   }
 }
 
@@ -136,74 +128,50 @@ void Qwen35ForCausalLM::load_state(std::map<std::string, at::Tensor> const& stat
   for (auto& [name, p] : params_) p.copy_(state.at(name));
 }
 
-Qwen35ForCausalLM::Weights Qwen35ForCausalLM::master_weights() const {
-  auto get = [&](std::string const& name) { return parameter(name); };
-  Weights w;
-  w.embed_tokens = get("model.embed_tokens.weight");
-  for (std::int64_t i = 0; i < config_.num_hidden_layers; ++i) {
-    std::string const l = "model.layers." + std::to_string(i) + ".";
-    LayerWeights lw;
-    lw.type = config_.layer_types[i];
-    lw.input_layernorm = get(l + "input_layernorm.weight");
-    lw.post_attention_layernorm = get(l + "post_attention_layernorm.weight");
-    if (lw.type == LayerType::kLinearAttention) {
-      std::string const m = l + "linear_attn.";
-      lw.linear_attn = {get(m + "in_proj_qkv.weight"), get(m + "in_proj_z.weight"), get(m + "in_proj_b.weight"),
-                        get(m + "in_proj_a.weight"),   get(m + "conv1d.weight"),    get(m + "dt_bias"),
-                        get(m + "A_log"),              get(m + "norm.weight"),      get(m + "out_proj.weight")};
-    } else {
-      std::string const m = l + "self_attn.";
-      lw.self_attn = {get(m + "q_proj.weight"), get(m + "k_proj.weight"), get(m + "v_proj.weight"),
-                      get(m + "o_proj.weight"), get(m + "q_norm.weight"), get(m + "k_norm.weight")};
-    }
-    lw.mlp = {get(l + "mlp.gate_proj.weight"), get(l + "mlp.up_proj.weight"), get(l + "mlp.down_proj.weight")};
-    w.layers.push_back(std::move(lw));
-  }
-  w.norm = get("model.norm.weight");
-  w.lm_head = config_.tie_word_embeddings ? w.embed_tokens : get("lm_head.weight");
-  return w;
-}
-
-Qwen35ForCausalLM::Weights Qwen35ForCausalLM::compute_weights() const {
-  Weights w = master_weights();
-  at::ScalarType const type = compute_dtype();
-  if (type == options_.dtype) return w;
-  auto cast = [type](at::Tensor& t) {
-    if (t.defined()) t = t.to(type);
+Qwen35ForCausalLM::LayerWeights Qwen35ForCausalLM::layer_weights(GroupWeights const& w, std::int64_t i) const {
+  std::string const l = "model.layers." + std::to_string(i) + ".";
+  auto get = [&](std::string const& name) -> at::Tensor const& {
+    auto const it = w.find(l + name);
+    if (it == w.end()) throw std::invalid_argument("Qwen35ForCausalLM: the weight source gave no '" + l + name + "'");
+    return it->second;
   };
-  bool const tied = config_.tie_word_embeddings;
-  cast(w.embed_tokens);
-  for (LayerWeights& l : w.layers) {
-    // A_log and dt_bias stay in the master dtype: they only enter the decay, which gated_deltanet computes in fp32
-    // (fp64 for fp64 activations) anyway, so rounding them to the compute dtype first would only lose bits.
-    for (at::Tensor* t : {&l.input_layernorm, &l.post_attention_layernorm, &l.linear_attn.in_proj_qkv,
-                          &l.linear_attn.in_proj_z, &l.linear_attn.in_proj_b, &l.linear_attn.in_proj_a,
-                          &l.linear_attn.conv1d, &l.linear_attn.norm, &l.linear_attn.out_proj, &l.self_attn.q_proj,
-                          &l.self_attn.k_proj, &l.self_attn.v_proj, &l.self_attn.o_proj, &l.self_attn.q_norm,
-                          &l.self_attn.k_norm, &l.mlp.gate_proj, &l.mlp.up_proj, &l.mlp.down_proj}) {
-      cast(*t);
-    }
-  }
-  cast(w.norm);
-  if (tied) {
-    w.lm_head = w.embed_tokens;
+  LayerWeights lw;
+  lw.type = config_.layer_types[i];
+  lw.input_layernorm = get("input_layernorm.weight");
+  lw.post_attention_layernorm = get("post_attention_layernorm.weight");
+  if (lw.type == LayerType::kLinearAttention) {
+    lw.linear_attn = {get("linear_attn.in_proj_qkv.weight"), get("linear_attn.in_proj_z.weight"),
+                      get("linear_attn.in_proj_b.weight"),   get("linear_attn.in_proj_a.weight"),
+                      get("linear_attn.conv1d.weight"),      get("linear_attn.dt_bias"),
+                      get("linear_attn.A_log"),              get("linear_attn.norm.weight"),
+                      get("linear_attn.out_proj.weight")};
   } else {
-    cast(w.lm_head);
+    lw.self_attn = {get("self_attn.q_proj.weight"), get("self_attn.k_proj.weight"), get("self_attn.v_proj.weight"),
+                    get("self_attn.o_proj.weight"), get("self_attn.q_norm.weight"), get("self_attn.k_norm.weight")};
   }
-  return w;
+  lw.mlp = {get("mlp.gate_proj.weight"), get("mlp.up_proj.weight"), get("mlp.down_proj.weight")};
+  return lw;
 }
 
 ForwardOutput Qwen35ForCausalLM::forward(ModelBatch const& batch, ForwardOptions const& options) const {
-  char const* const where = "Qwen35ForCausalLM::forward";
   if (options_.device.is_meta()) {
-    throw std::invalid_argument(std::string(where) + ": the model is on the meta device (shapes only)");
+    throw std::invalid_argument("Qwen35ForCausalLM::forward: the model is on the meta device (shapes only); pass a "
+                                "WeightSource");
   }
+  LocalWeights weights(config_, params_, mixed_precision());
+  return forward(batch, weights, options);
+}
+
+ForwardOutput Qwen35ForCausalLM::forward(ModelBatch const& batch, WeightSource& weights,
+                                         ForwardOptions const& options) const {
+  char const* const where = "Qwen35ForCausalLM::forward";
   if (!batch.tokens.defined() || batch.tokens.dim() != 1) {
     throw std::invalid_argument(std::string(where) + ": batch.tokens must be a 1-D [T] tensor (make_model_batch)");
   }
-  if (batch.tokens.device() != options_.device || batch.cu_seqlens.device() != options_.device) {
+  c10::Device const device = weights.device();
+  if (batch.tokens.device() != device || batch.cu_seqlens.device() != device) {
     std::ostringstream os;
-    os << where << ": the batch is on " << batch.tokens.device() << " but the model is on " << options_.device;
+    os << where << ": the batch is on " << batch.tokens.device() << " but the weights are on " << device;
     throw std::invalid_argument(os.str());
   }
   if (batch.max_token >= config_.vocab_size || batch.max_label >= config_.vocab_size) {
@@ -214,28 +182,35 @@ ForwardOutput Qwen35ForCausalLM::forward(ModelBatch const& batch, ForwardOptions
   ops::Backend const backend = options_.backend;
   double const eps = config_.rms_norm_eps;
   int64_t const T = batch.num_tokens();
-  Weights const w = compute_weights();
 
   SequenceLayout const seq{batch.cu_seqlens, batch.position_ids, batch.max_seqlen};
   SequenceLayout whole = seq;  // the planted leaks' layout: one example spanning the pack
   if (options.planted_leak != PlantedLeak::kNone) {
     whole.cu_seqlens = at::tensor(std::vector<int32_t>{0, static_cast<int32_t>(T)},
                                   at::TensorOptions().dtype(at::kInt))
-                           .to(options_.device);
+                           .to(device);
     whole.max_seqlen = T;
   }
   SequenceLayout const& gdn_seq = options.planted_leak == PlantedLeak::kGatedDeltaNetSpansPack ? whole : seq;
   SequenceLayout const& attn_seq = options.planted_leak == PlantedLeak::kAttentionSpansPack ? whole : seq;
 
-  at::Tensor x_TH = at::embedding(w.embed_tokens, batch.tokens);
-  for (LayerWeights const& layer : w.layers) {
+  WeightGroup const embedding = WeightGroup::embedding();
+  at::Tensor x_TH = at::embedding(weights.acquire(embedding).at("model.embed_tokens.weight"), batch.tokens);
+  weights.release(embedding, at::Tensor());  // the embedding's backward reads the token ids, not the weight
+  for (std::int64_t i = 0; i < config_.num_hidden_layers; ++i) {
+    WeightGroup const group = WeightGroup::decoder_layer(i);
+    LayerWeights const layer = layer_weights(weights.acquire(group), i);
     at::Tensor const h_TH = ops::rmsnorm(x_TH, layer.input_layernorm, eps, backend);
     x_TH = x_TH + (layer.type == LayerType::kLinearAttention
                        ? gated_deltanet(h_TH, layer.linear_attn, config_, gdn_seq, backend)
                        : gated_attention(h_TH, layer.self_attn, config_, attn_seq, backend));
     x_TH = x_TH + mlp(ops::rmsnorm(x_TH, layer.post_attention_layernorm, eps, backend), layer.mlp, backend);
+    weights.release(group, x_TH);
   }
-  at::Tensor const logits_TV = at::linear(ops::rmsnorm(x_TH, w.norm, eps, backend), w.lm_head);
+  WeightGroup const head = WeightGroup::head();
+  GroupWeights const hw = weights.acquire(head);
+  at::Tensor const lm_head = hw.at(config_.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
+  at::Tensor const logits_TV = at::linear(ops::rmsnorm(x_TH, hw.at("model.norm.weight"), eps, backend), lm_head);
 
   // HF upcasts the logits to fp32 for the loss; fp64 models stay fp64. The whole [T, vocab] logits (and their fp32
   // copy) are materialised: ~8 GB at T = 8192 with Qwen3.5's 248k vocabulary. A chunked loss goes here when that bites.
@@ -251,6 +226,7 @@ ForwardOutput Qwen35ForCausalLM::forward(ModelBatch const& batch, ForwardOptions
   } else {
     out.loss_sum = at::cross_entropy_loss(logits_TV.to(loss_type), batch.labels, {}, at::Reduction::Sum, kIgnoreIndex);
   }
+  weights.release(head, out.loss_sum);
   if (options.return_logits) out.logits = logits_TV;
   return out;
 }

@@ -1,6 +1,7 @@
 // Qwen35ForCausalLM: the dense Qwen3.5 text model, single-device, with Hugging Face parameter names (parameters.h),
 // on a packed batch (batch.h): embed → [pre-norm mixer + pre-norm MLP] × layers → zero-centred norm → lm_head → summed
-// token cross-entropy. Sharding, checkpoint files and the training loop are applied from outside.
+// token cross-entropy. Sharding, checkpoint files and the training loop are applied from outside: the forward reads
+// its weights from a WeightSource (weights.h), by default the model's own parameters.
 #pragma once
 
 #include "kernels/ops/backend.h"
@@ -8,6 +9,7 @@
 #include "trainer/model/config.h"
 #include "trainer/model/layers.h"
 #include "trainer/model/parameters.h"
+#include "trainer/model/weights.h"
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
@@ -23,17 +25,14 @@
 
 namespace fusepack::model {
 
-using NamedParameters = std::vector<std::pair<std::string, at::Tensor>>;
-
 struct ModelOptions {
-  // Dtype of the parameters (the master weights the optimizer updates): fp64 or fp32 on the CPU.
+  // Dtype of the parameters (the master weights the optimizer updates): fp64 or fp32.
   at::ScalarType dtype = at::kFloat;
-  // Dtype the forward runs in. Unset = `dtype`. This is the one place where bf16 compute over fp32 master weights
-  // plugs in: Qwen35ForCausalLM::compute_weights() casts the parameters to it (differentiably, so gradients reach the
-  // master weights in their own dtype; A_log and dt_bias are read in the master dtype by the fp32 decay math) and the
-  // embeddings come out in it.
+  // Dtype the forward runs in over the model's own parameters (the param_dtype of their LocalWeights policy). Unset =
+  // `dtype`. A_log and dt_bias stay in `dtype` (MixedPrecisionPolicy::keeps_master_dtype).
   std::optional<at::ScalarType> compute_dtype;
-  // at::kMeta allocates nothing: names and shapes only (init and forward are refused).
+  // at::kMeta allocates nothing: names and shapes only (init refused; forward only from another WeightSource, e.g.
+  // the shards of trainer/parallel).
   c10::Device device = c10::kCPU;
   ops::Backend backend = ops::Backend::kComposite;
   std::uint64_t seed = 0;  // init_parameters' seed
@@ -84,9 +83,10 @@ class Qwen35ForCausalLM {
   at::Tensor const& parameter(std::string const& name) const;  // throws std::invalid_argument for an unknown name
   std::int64_t num_parameters() const;
 
-  // Deterministic from `seed` whatever the dtype and device: every parameter is drawn in fp64 on the CPU from one
-  // generator, in named_parameters() order, then rounded to the model dtype and copied (so an fp32 model holds the
-  // fp64 model's values rounded). Rules: see ParameterInit (parameters.h).
+  // Deterministic from `seed`: every element is a function of the seed, the parameter's name and the element's
+  // index alone (init_parameter_rows, init.h), generated on the parameters' device and rounded to their dtype (so an
+  // fp32 model holds the fp64 model's values rounded, and a rank's shard holds the same rows as the whole model).
+  // Rules: see ParameterInit (parameters.h).
   void init_parameters(std::uint64_t seed);
 
   // Copies a name → tensor map into the parameters (no autograd). Every parameter must be given exactly once with
@@ -97,9 +97,15 @@ class Qwen35ForCausalLM {
   // "model.language_model." prefix to "model." and drops model.visual.* and mtp.* before calling this.
   void load_state(std::map<std::string, at::Tensor> const& state, bool convert_dtype = false);
 
-  // Loss (and optionally more) of one batch. Throws std::invalid_argument when the batch is on another device or
-  // holds a token or label outside the vocabulary.
+  // Loss (and optionally more) of one batch over the model's own parameters (LocalWeights with compute_dtype).
+  // Throws std::invalid_argument when the batch is on another device or holds a token or label outside the
+  // vocabulary, or the model is on the meta device.
   ForwardOutput forward(ModelBatch const& batch, ForwardOptions const& options = {}) const;
+  // The same over weights from `weights` (the model's own parameters are not read; the model may be on meta). The
+  // batch must be on weights.device().
+  ForwardOutput forward(ModelBatch const& batch, WeightSource& weights, ForwardOptions const& options = {}) const;
+
+  MixedPrecisionPolicy mixed_precision() const { return {options_.compute_dtype, std::nullopt}; }
 
  private:
   struct LayerWeights {
@@ -109,16 +115,7 @@ class Qwen35ForCausalLM {
     AttentionWeights self_attn;                            // when type == kFullAttention
     MlpWeights mlp;
   };
-  struct Weights {
-    at::Tensor embed_tokens;  // [vocab, H]
-    std::vector<LayerWeights> layers;
-    at::Tensor norm;     // [H] zero-centred
-    at::Tensor lm_head;  // [vocab, H]; embed_tokens when tied
-  };
-  Weights master_weights() const;   // the parameters themselves
-  // Cast to the compute dtype (identity when it equals the parameter dtype), except A_log and dt_bias (fp32 math).
-  Weights compute_weights() const;
-  at::ScalarType compute_dtype() const { return options_.compute_dtype.value_or(options_.dtype); }
+  LayerWeights layer_weights(GroupWeights const& w, std::int64_t layer) const;
 
   Qwen35Config config_;
   ModelOptions options_;

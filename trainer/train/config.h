@@ -49,8 +49,10 @@ struct TrainConfig {
   std::int64_t token_budget = 8192;  // >= 1: most tokens in a packed batch (fill mode: most rows x longest padded)
   std::int64_t lookahead = 64;       // >= 1: examples the packer may look past the oldest waiting one
   packing::OversizePolicy oversize = packing::OversizePolicy::kError;  // examples longer than the budget
-  std::int64_t micro_batches = 1;    // >= 1 micro-batches per optimizer step (gradient accumulation); a step's loss is
-                                     // Σ CE over all of them / their targets, counted before the first forward
+  std::int64_t micro_batches = 1;    // >= 1 micro-batches per optimizer step and rank (gradient accumulation): a step
+                                     // takes world_size x micro_batches consecutive micro-batches of the epoch plan,
+                                     // rank r the r-th run of micro_batches of them; its loss is Σ CE over all of
+                                     // them / their targets, counted (over all ranks) before the first forward
   std::int64_t steps = 10;           // >= 1 optimizer steps; when they need more micro-batches than an epoch holds,
                                      // the next epoch (a new shuffle) follows
 
@@ -72,6 +74,9 @@ struct TrainConfig {
   DType dtype = DType::kFloat32;    // fp64 and fp32: parameters and compute; bf16: CUDA only
   std::int64_t threads = 0;         // >= 0 ATen intra-op threads; 0 = ATen's default. 1 makes every CPU reduction
                                     // run in one order, so a golden regenerates bit for bit on any machine
+  // Sharded runs (several ranks, trainer/parallel): free each layer's gathered weights after its forward and gather
+  // them again for its backward (FSDP2's reshard_after_forward); false keeps them from forward to backward.
+  bool reshard_after_forward = true;
 
   // ---- Outputs.
   std::string output_dir;    // fine-tuned weights at the end (config.json + model.safetensors, HF names); empty = none

@@ -1,6 +1,9 @@
 // fusepack-train: fine-tunes a Qwen3.5 model (a preset, or config.json + safetensors) on a JSONL or synthetic dataset,
-// packed or padded, and optionally writes the run as a golden file or checks it against one step by step.
+// packed or padded, and optionally writes the run as a golden file or checks it against one step by step. Launched
+// by torchrun (or with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set), each process is one rank of a sharded run.
 // Exit code 0 on success, 1 when --golden-check fails, 2 on any error (message on stderr).
+#include "trainer/parallel/collectives.h"
+#include "trainer/parallel/dist_env.h"
 #include "trainer/train/config.h"
 #include "trainer/train/run.h"
 
@@ -9,7 +12,9 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <iostream>
 #include <optional>
@@ -29,6 +34,7 @@ struct Args {
   std::string dtype = "fp32";
   golden::TolerancePolicy tolerance;
   bool progress = true;
+  double collective_timeout = 600;  // seconds
 };
 
 void add_tolerance(CLI::App& app, std::string const& field, golden::FieldTolerance& tol) {
@@ -60,7 +66,8 @@ int main(int argc, char** argv) {
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   Args args;
   TrainConfig& c = args.config;
-  app.add_option("--preset", c.preset, "model preset: qwen35-tiny, bench-200m, qwen35-0.8b, qwen35-27b");
+  app.add_option("--preset", c.preset,
+                 "model preset: qwen35-tiny, qwen35-tiny64, bench-200m, qwen35-0.8b, qwen35-27b, qwen35-27b-4layers");
   app.add_option("--config", c.model_config, "Hugging Face config.json (or the folder holding it), instead of --preset");
   app.add_option("--weights", c.weights,
                  "initial weights: a safetensors file or a checkpoint folder (default: init from --seed)");
@@ -106,6 +113,15 @@ int main(int argc, char** argv) {
   add_tolerance(app, "grad-norm", args.tolerance.grad_norm);
   add_tolerance(app, "lr", args.tolerance.lr);
   app.add_option("--profile-step", c.profile_step, "profile optimizer step N (0-based)");
+  app.add_option("--reshard-after-forward", c.reshard_after_forward,
+                 "sharded runs (torchrun): free each layer's gathered weights after its forward and gather them again "
+                 "for its backward (true), or keep them until the backward (false: more memory, less traffic)")
+      ->capture_default_str();
+  app.add_option("--collective-timeout", args.collective_timeout,
+                 "sharded runs: seconds any collective or rendezvous may take before every rank stops with an error "
+                 "naming the rank that did not take part")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_flag("!--no-progress", args.progress, "no progress bar (it is drawn only when stderr is a terminal)");
   try {
     app.parse(argc, argv);
@@ -115,6 +131,18 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  parallel::DistEnv env;
+  std::shared_ptr<parallel::Collectives> comm;
+  // A rank's errors say which rank they come from; a failed sharded run ends at once (_Exit), since tearing down a
+  // process group whose peer died can block.
+  auto fail = [&](char const* what) {
+    std::string const who = env.launched ? "fusepack-train (rank " + std::to_string(env.rank) + ")" : "fusepack-train";
+    std::fprintf(stderr, "%s: %s\n", who.c_str(), what);
+    std::fflush(stdout);
+    std::fflush(stderr);
+    if (comm) std::_Exit(2);
+    return 2;
+  };
   try {
     c.batching = train::parse_batching(args.batching);
     c.pairing = train::parse_pairing(args.pairing);
@@ -122,11 +150,12 @@ int main(int argc, char** argv) {
     c.backend = ops::parse_backend(args.backend);
     c.dtype = train::parse_dtype(args.dtype);
     c.validate();
+    env = parallel::DistEnv::from_environment();
 
     train::RunOptions options;
     options.command = command_line(argc, argv);
-    options.log = &std::cout;
-    options.progress_bar = args.progress && ::isatty(STDERR_FILENO) == 1;
+    options.log = env.rank == 0 ? &std::cout : nullptr;
+    options.progress_bar = env.rank == 0 && args.progress && ::isatty(STDERR_FILENO) == 1;
     bool const tolerance_given = !app.get_options([](CLI::Option const* o) {
                                         std::string const n = o->get_name();
                                         return o->count() > 0 && (n.find("-atol") != std::string::npos ||
@@ -135,23 +164,32 @@ int main(int argc, char** argv) {
                                       })
                                       .empty();
     if (tolerance_given) {
-      if (c.golden_check.empty()) {
-        std::fprintf(stderr, "fusepack-train: tolerance options apply to --golden-check, which is not given\n");
-        return 2;
-      }
-      if (!c.golden_baseline.empty()) {
-        std::fprintf(stderr, "fusepack-train: give either tolerance options or --golden-baseline, not both\n");
-        return 2;
-      }
+      if (c.golden_check.empty()) return fail("tolerance options apply to --golden-check, which is not given");
+      if (!c.golden_baseline.empty()) return fail("give either tolerance options or --golden-baseline, not both");
       options.tolerance = args.tolerance;  // every field not given is 0 (exact), as fusepack-golden-compare's
     }
+    if (env.launched) {
+      // Each rank of a node takes the GPU of its LOCAL_RANK, as torchrun users expect.
+      c10::Device device(c.device);
+      if (device.is_cuda()) {
+        if (device.has_index() && env.local_world_size > 1) {
+          return fail(("--device " + c.device + " names one GPU for " + std::to_string(env.local_world_size) +
+                       " ranks on this node; give --device cuda: each rank takes cuda:LOCAL_RANK")
+                          .c_str());
+        }
+        if (!device.has_index()) device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank));
+      }
+      parallel::CollectivesOptions copts;
+      copts.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(args.collective_timeout * 1000));
+      comm = parallel::init_collectives(env, device, copts);
+      options.comm = comm;
+    }
     train::RunResult const result = train::run_training(c, options);
+    if (comm) comm->shutdown();
     return result.passed() ? 0 : 1;
   } catch (c10::Error const& e) {
-    std::fprintf(stderr, "fusepack-train: %s\n", e.what_without_backtrace());
-    return 2;
+    return fail(e.what_without_backtrace());
   } catch (std::exception const& e) {
-    std::fprintf(stderr, "fusepack-train: %s\n", e.what());
-    return 2;
+    return fail(e.what());
   }
 }

@@ -14,6 +14,9 @@
 #include <map>
 #include <set>
 #include <stdexcept>
+#include <tuple>
+#include <utility>
+#include <vector>
 
 namespace fusepack::train {
 namespace {
@@ -55,6 +58,31 @@ std::set<ActivityType> activities(bool cuda) {
   return a;
 }
 
+// Σ of the `comm` intervals' lengths, and of their parts covered by the union of the `compute` intervals (seconds).
+std::pair<double, double> overlap(std::vector<std::pair<std::int64_t, std::int64_t>> const& comm,
+                                  std::vector<std::pair<std::int64_t, std::int64_t>> compute) {
+  std::sort(compute.begin(), compute.end());
+  std::vector<std::pair<std::int64_t, std::int64_t>> merged;
+  for (auto const& iv : compute) {
+    if (!merged.empty() && iv.first <= merged.back().second) {
+      merged.back().second = std::max(merged.back().second, iv.second);
+    } else {
+      merged.push_back(iv);
+    }
+  }
+  double total = 0, covered = 0;
+  for (auto const& [begin, end] : comm) {
+    total += static_cast<double>(end - begin) * 1e-9;
+    auto it = std::upper_bound(merged.begin(), merged.end(), std::pair<std::int64_t, std::int64_t>{begin, begin});
+    if (it != merged.begin()) --it;
+    for (; it != merged.end() && it->first < end; ++it) {
+      std::int64_t const lo = std::max(begin, it->first), hi = std::min(end, it->second);
+      if (hi > lo) covered += static_cast<double>(hi - lo) * 1e-9;
+    }
+  }
+  return {total, covered};
+}
+
 }  // namespace
 
 StepProfiler::StepProfiler(std::int64_t step, std::string backend, bool cuda, int cuda_device)
@@ -94,6 +122,7 @@ StepProfile StepProfiler::stop() {
   p.backend = backend_;
   p.wall_seconds = static_cast<double>(end_ns - start_ns_) * 1e-9;
   std::map<std::string, std::int64_t> cpu, gpu, ours, implementations;
+  std::vector<std::pair<std::int64_t, std::int64_t>> comm, compute;  // kernel intervals [start, end) in ns
   std::string const scope_prefix = FUSEPACK_OP_SCOPE_PREFIX, implementation_suffix = " [" + backend_ + "]";
   for (prof::KinetoEvent const& e : result->events()) {
     std::string const name = e.name();
@@ -117,9 +146,14 @@ StepProfile StepProfiler::stop() {
       ++p.gpu_kernels;
       ++gpu[name];
       p.gpu_kernel_seconds += static_cast<double>(e.durationNs()) * 1e-9;
+      std::pair<std::int64_t, std::int64_t> const span{static_cast<std::int64_t>(e.startNs()),
+                                                       static_cast<std::int64_t>(e.startNs() + e.durationNs())};
+      (name.rfind("nccl", 0) == 0 ? comm : compute).push_back(span);
       if (name.find("fusepack::") != std::string::npos) ++ours[name];
     }
   }
+  p.comm_kernels = static_cast<std::int64_t>(comm.size());
+  std::tie(p.comm_kernel_seconds, p.comm_overlapped_seconds) = overlap(comm, std::move(compute));
   p.top_cpu_ops = most_frequent(cpu, 10);
   p.top_gpu_kernels = most_frequent(gpu, 10);
   p.fusepack_kernels = most_frequent(ours, ours.size());
@@ -139,6 +173,15 @@ std::string profile_text(StepProfile const& p) {
                 p.wall_seconds * 1e3, p.gpu_kernel_seconds * 1e3,
                 p.wall_seconds > 0 ? 100.0 * p.gpu_kernel_seconds / p.wall_seconds : 0.0);
   out += buf;
+  if (p.comm_kernels > 0) {
+    std::snprintf(buf, sizeof buf,
+                  "  communication:  %s NCCL kernels, %.3f ms, %.1f%% of it overlapped with compute kernels (%.3f ms "
+                  "exposed)\n",
+                  grouped(p.comm_kernels).c_str(), p.comm_kernel_seconds * 1e3,
+                  p.comm_kernel_seconds > 0 ? 100.0 * p.comm_overlapped_seconds / p.comm_kernel_seconds : 0.0,
+                  (p.comm_kernel_seconds - p.comm_overlapped_seconds) * 1e3);
+    out += buf;
+  }
   auto list = [&](char const* title, NameCounts const& items) {
     out += std::string("  ") + title + (items.empty() ? " none\n" : "\n");
     for (auto const& [name, count] : items) {

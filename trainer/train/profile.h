@@ -21,6 +21,11 @@ struct StepProfile {
   std::int64_t gpu_memory_ops = 0;  // GPU memcpy/memset activities
   double wall_seconds = 0;          // the step from its first micro-batch to the end of the update, GPU waited for
   double gpu_kernel_seconds = 0;    // Σ of the kernels' durations
+  // Communication kernels (NCCL's) of a sharded run on GPUs, and how much of their time other kernels ran at the same
+  // time: the overlap of the all-gathers and reduce-scatters with compute (the rest is exposed communication).
+  std::int64_t comm_kernels = 0;
+  double comm_kernel_seconds = 0;
+  double comm_overlapped_seconds = 0;
   NameCounts top_cpu_ops;           // up to 10
   NameCounts top_gpu_kernels;       // up to 10
   NameCounts fusepack_kernels;      // GPU kernels of fusepack's own (kernels/ names), every one

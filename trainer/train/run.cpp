@@ -9,6 +9,9 @@
 #include "trainer/model/model.h"
 #include "trainer/optim/adamw.h"
 #include "trainer/optim/schedule.h"
+#include "trainer/parallel/collectives.h"
+#include "trainer/parallel/fully_shard.h"
+#include "trainer/parallel/sharded_checkpoint.h"
 #include "trainer/train/profile.h"
 #include "trainer/train/trainer.h"
 
@@ -21,6 +24,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iomanip>
 #include <iostream>
 #include <memory>
 #include <sstream>
@@ -83,7 +87,8 @@ void check_device(TrainConfig const& c) {
 
 struct Data {
   std::vector<packing::Example> examples;
-  Json description;  // provenance.dataset
+  Json description;            // provenance.dataset
+  std::uint64_t content_hash;  // of every example's ids and labels
 };
 
 Data load_data(std::string const& data, std::int64_t vocab_size) {
@@ -107,13 +112,21 @@ Data load_data(std::string const& data, std::int64_t vocab_size) {
     d.description["path"] = data;
   }
   std::int64_t tokens = 0, supervised = 0;
+  std::uint64_t hash = 14695981039346656037ull;  // FNV-1a over every id and label: ranks compare their data by it
+  auto mix = [&hash](std::int64_t v) {
+    for (int b = 0; b < 8; ++b, v >>= 8) hash = (hash ^ static_cast<std::uint64_t>(v & 0xff)) * 1099511628211ull;
+  };
   for (packing::Example const& e : d.examples) {
     tokens += static_cast<std::int64_t>(e.input_ids.size());
     for (std::size_t p = 1; p < e.labels.size(); ++p) supervised += e.labels[p] != packing::kIgnoreIndex;
+    mix(static_cast<std::int64_t>(e.input_ids.size()));
+    for (auto id : e.input_ids) mix(id);
+    for (auto label : e.labels) mix(label);
   }
   d.description["examples"] = d.examples.size();
   d.description["tokens"] = tokens;
   d.description["targets"] = supervised;  // shifted targets of the whole dataset (uncut)
+  d.content_hash = hash;
   return d;
 }
 
@@ -156,16 +169,15 @@ std::string shell_quoted(std::string const& s) {
   return out + "'";
 }
 
-std::string device_description(TrainConfig const& c) { return c.device; }
-
-Json batching_description(TrainConfig const& c) {
+// micro_batches_per_step counts every rank's: what decides which examples a step trains on.
+Json batching_description(TrainConfig const& c, int world_size) {
   Json b;
   b["layout"] = batching_name(c.batching);
   b["pairing"] = pairing_name(c.pairing);
   b["token_budget"] = c.token_budget;
   b["lookahead"] = c.lookahead;
   b["oversize"] = packing::oversize_policy_name(c.oversize);
-  b["micro_batches_per_step"] = c.micro_batches;
+  b["micro_batches_per_step"] = c.micro_batches * world_size;
   b["steps"] = c.steps;
   b["backend"] = ops::backend_name(c.backend);
   // The optimizer and schedule have no provenance field of their own in FORMAT.md version 1: they ride here.
@@ -179,7 +191,7 @@ Json batching_description(TrainConfig const& c) {
 }
 
 golden::Provenance make_provenance(TrainConfig const& c, model::Qwen35Config const& model_config, Data const& data,
-                                   std::string const& command) {
+                                   std::string const& command, int world_size, std::string const& device) {
   golden::Provenance p;
   p.command = command.empty() ? "(library call)" : command;
   p.commit = source_commit();
@@ -191,10 +203,56 @@ golden::Provenance make_provenance(TrainConfig const& c, model::Qwen35Config con
   p.dataset = dataset.dump();
   p.seed = c.seed;
   p.dtype = golden_dtype_name(c.dtype);
-  p.device = device_description(c);
-  p.world_size = 1;
-  p.batching = batching_description(c).dump();
+  p.device = device;
+  p.world_size = world_size;
+  p.batching = batching_description(c, world_size).dump();
   return p;
+}
+
+// What every rank of a sharded run must agree on, as one JSON object: the settings that shape the model, the data,
+// the batches and the update (not where outputs go, which only rank 0 writes).
+Json run_fingerprint(TrainConfig const& c, model::Qwen35Config const& model_config, Data const& data) {
+  Json f;
+  f["model"] = Json::parse(model_config.to_json());
+  f["weights"] = c.weights;
+  f["data"] = data.description;
+  f["data_hash"] = std::to_string(data.content_hash);
+  f["batching"] = batching_description(c, 1);
+  f["seed"] = c.seed;
+  f["backend"] = ops::backend_name(c.backend);
+  f["dtype"] = dtype_name(c.dtype);
+  f["threads"] = c.threads;
+  f["reshard_after_forward"] = c.reshard_after_forward;
+  f["profile_step"] = c.profile_step;
+  f["fusepack"] = std::string(FUSEPACK_VERSION) + " " + source_commit();
+  return f;
+}
+
+// Every rank's fingerprint against rank 0's; throws the same message on every rank when any differ, so they all
+// stop before the first collective of the run instead of training different things (or hanging).
+void check_same_settings(parallel::Collectives& comm, Json const& mine) {
+  std::vector<std::string> const all = comm.exchange(mine.dump(), "exchange of the run's settings");
+  Json const reference = Json::parse(all[0]);
+  std::string differences;
+  for (std::size_t r = 1; r < all.size(); ++r) {
+    Json const other = Json::parse(all[r]);
+    if (other == reference) continue;
+    Json const patch = Json::diff(reference, other);
+    std::string items;
+    for (Json const& op : patch) {
+      std::string const path = op.value("path", "");
+      std::string const theirs = op.contains("value") ? op["value"].dump() : "(absent)";
+      Json::json_pointer const ptr(path);
+      std::string const ours = reference.contains(ptr) ? reference[ptr].dump() : "(absent)";
+      items += (items.empty() ? "" : "; ") + path + " " + ours + " on rank 0, " + theirs + " on rank " +
+               std::to_string(r);
+    }
+    differences += "\n  rank " + std::to_string(r) + ": " + items;
+  }
+  if (!differences.empty()) {
+    throw std::invalid_argument("the ranks were started with different settings (every rank needs the same model, "
+                                "weights, data and options):" + differences);
+  }
 }
 
 }  // namespace
@@ -382,10 +440,28 @@ golden::GoldenFile read_baseline(TrainConfig const& config, golden::GoldenFile c
 
 }  // namespace
 
+namespace {
+
+// Sums small host-side counts over the ranks (through the collectives' device, which NCCL needs).
+optim::AllReduceSum all_reduce_sum(std::shared_ptr<parallel::Collectives> const& comm, std::string what) {
+  if (!comm) return {};
+  return [comm, what](at::Tensor& t) {
+    at::Tensor on_device = t.to(comm->device()).contiguous();
+    comm->all_reduce_sum(on_device, what);
+    t.copy_(on_device);
+  };
+}
+
+}  // namespace
+
 RunResult run_training(TrainConfig const& config, RunOptions const& options) {
   Clock::time_point const start = Clock::now();
   config.validate();
   Log log(options.log, options.progress_bar);
+  std::shared_ptr<parallel::Collectives> const& comm = options.comm;
+  int const rank = comm ? comm->rank() : 0;
+  int const world = comm ? comm->world_size() : 1;
+  bool const writer = rank == 0;  // the rank that writes golden files and weights
 
   std::optional<golden::GoldenFile> reference, baseline;
   golden::TolerancePolicy tolerance;
@@ -399,22 +475,48 @@ RunResult run_training(TrainConfig const& config, RunOptions const& options) {
       tolerance.validate();
     }
   }
-  check_device(config);
+  at::Device const device = comm ? comm->device() : c10::Device(config.device);
+  if (!comm) check_device(config);
   if (config.threads > 0) at::set_num_threads(static_cast<int>(config.threads));
 
   RunResult result;
+  result.rank = rank;
+  result.world_size = world;
   result.model_config = load_model_config(config);
-  model::Qwen35ForCausalLM model(result.model_config, model_options(config));
-  log.line(describe_model(result.model_config, model, config));
+  Data const data = load_data(config.data, result.model_config.vocab_size);
+  if (comm) check_same_settings(*comm, run_fingerprint(config, result.model_config, data));
+
+  model::ModelOptions mopts = model_options(config);
+  if (comm) mopts.device = c10::kMeta;  // the forward reads the sharded weights; the model holds names and shapes
+  model::Qwen35ForCausalLM model(result.model_config, mopts);
+  std::unique_ptr<parallel::FullyShardedWeights> sharded;
+  if (comm) {
+    parallel::FullyShardOptions sopts;
+    sopts.master_dtype = mopts.dtype;
+    sopts.mixed_precision.param_dtype = mopts.compute_dtype;
+    sopts.mixed_precision.reduce_dtype = mopts.dtype;  // gradients reduced in the master dtype (fp32, fp64 in tests)
+    sopts.reshard_after_forward = config.reshard_after_forward;
+    sharded = std::make_unique<parallel::FullyShardedWeights>(result.model_config, comm, sopts);
+  }
+  log.line(describe_model(result.model_config, model, config) +
+           (comm ? ", sharded over " + std::to_string(world) + " ranks (" + comm->backend_name() + ")" : ""));
   if (!config.weights.empty()) {
-    checkpoint::Qwen35TextCheckpoint ckpt = checkpoint::read_qwen35_text_checkpoint(config.weights);
-    model.load_state(ckpt.tensors, /*convert_dtype=*/true);
-    log.line("weights: " + config.weights + " (" + std::to_string(ckpt.tensors.size()) + " tensors from " +
-             std::to_string(ckpt.files.size()) + " file(s); " + std::to_string(ckpt.skipped_visual + ckpt.skipped_mtp) +
-             " vision/MTP tensors skipped)");
+    if (sharded) {
+      parallel::LoadedRows const loaded = parallel::load_sharded_checkpoint(*sharded, config.weights);
+      log.line("weights: " + config.weights + " (" + std::to_string(loaded.tensors) + " tensors from " +
+               std::to_string(loaded.files) + " file(s), each rank reading its own rows; " +
+               std::to_string(loaded.skipped) + " vision/MTP tensors skipped)");
+    } else {
+      checkpoint::Qwen35TextCheckpoint ckpt = checkpoint::read_qwen35_text_checkpoint(config.weights);
+      model.load_state(ckpt.tensors, /*convert_dtype=*/true);
+      log.line("weights: " + config.weights + " (" + std::to_string(ckpt.tensors.size()) + " tensors from " +
+               std::to_string(ckpt.files.size()) + " file(s); " +
+               std::to_string(ckpt.skipped_visual + ckpt.skipped_mtp) + " vision/MTP tensors skipped)");
+    }
+  } else if (sharded) {
+    sharded->init_parameters(config.seed);
   }
 
-  Data const data = load_data(config.data, result.model_config.vocab_size);
   log.line("data: " + data.description.dump());
 
   packing::PackerOptions popts;
@@ -423,7 +525,7 @@ RunResult run_training(TrainConfig const& config, RunOptions const& options) {
   popts.seed = config.seed;
   popts.oversize = config.oversize;
   MicroBatchStream stream(packing::example_lengths(data.examples), popts, config.pairing, config.batching);
-  log.line("batching: " + batching_description(config).dump());
+  log.line("batching: " + batching_description(config, world).dump());
 
   TrainerOptions topts;
   topts.adamw.beta1 = config.beta1;
@@ -436,20 +538,29 @@ RunResult run_training(TrainConfig const& config, RunOptions const& options) {
   topts.schedule.warmup_steps = config.warmup_steps;
   topts.schedule.total_steps = config.steps;
   topts.clip_norm = config.clip_norm;
-  Trainer trainer(model, topts);
+  topts.all_reduce = all_reduce_sum(comm, "all-reduce of the step's targets, loss or gradient norm");
+  std::unique_ptr<Trainer> trainer =
+      sharded ? std::make_unique<Trainer>(model, *sharded, sharded->parameters(), topts)
+              : std::make_unique<Trainer>(model, topts);
+  optim::AllReduceSum const sum_counts = all_reduce_sum(comm, "all-reduce of the step's token counts");
 
-  at::Device const device = c10::Device(config.device);
+  result.setup_seconds = seconds_since(start);
+  std::ostringstream ready;
+  ready << "ready in " << std::fixed << std::setprecision(1) << result.setup_seconds << " s";
+  log.line(ready.str());
   for (std::int64_t s = 0; s < config.steps; ++s) {
+    if (comm) comm->set_step(s);
     std::optional<StepProfiler> profiler;
     if (s == config.profile_step) {
       profiler.emplace(s, ops::backend_name(config.backend), device.is_cuda(), device.has_index() ? device.index() : 0);
     }
     Clock::time_point const step_start = Clock::now();
     StepMetrics m;
-    m.micro_batches = config.micro_batches;
+    m.micro_batches = config.micro_batches * world;
     std::vector<model::ModelBatch> batches;
-    for (std::int64_t i = 0; i < config.micro_batches; ++i) {
+    for (std::int64_t i = 0; i < config.micro_batches * world; ++i) {
       packing::BatchPlan const& plan = stream.next();
+      if (i / config.micro_batches != rank) continue;  // another rank's micro-batch
       if (config.batching == Batching::kPacked) {
         packing::PackedBatch const b = packing::packed_batch(data.examples, plan, popts);
         m.tokens += b.num_tokens();
@@ -465,7 +576,14 @@ RunResult run_training(TrainConfig const& config, RunOptions const& options) {
       }
       if (options.edit_micro_batch) options.edit_micro_batch(batches.back());
     }
-    StepResult const r = trainer.step(batches);
+    StepResult const r = trainer->step(batches);
+    if (comm) {
+      at::Tensor counts = at::tensor(std::vector<std::int64_t>{m.tokens, m.slots, m.examples});
+      sum_counts(counts);
+      m.tokens = counts[0].item<std::int64_t>();
+      m.slots = counts[1].item<std::int64_t>();
+      m.examples = counts[2].item<std::int64_t>();
+    }
     m.step = r.step;
     m.loss = r.loss;
     m.grad_norm = r.grad_norm;
@@ -489,13 +607,20 @@ RunResult run_training(TrainConfig const& config, RunOptions const& options) {
   log.clear_bar();
 
   if (!config.output_dir.empty()) {
-    write_weights(config.output_dir, result.model_config, model.named_parameters());
+    if (sharded) {
+      parallel::save_sharded_checkpoint(*sharded, *comm, config.output_dir, result.model_config);
+    } else {
+      write_weights(config.output_dir, result.model_config, model.named_parameters());
+    }
     log.line("weights written: " + config.output_dir + " (config.json, model.safetensors)");
   }
 
-  result.golden.provenance = make_provenance(config, result.model_config, data, options.command);
+  std::ostringstream device_text;
+  device_text << (comm ? c10::Device(device.type()) : device);
+  result.golden.provenance = make_provenance(config, result.model_config, data, options.command, world,
+                                             device_text.str());
   result.golden.steps = result.records();
-  if (!config.golden_write.empty()) {
+  if (!config.golden_write.empty() && writer) {
     golden::write_golden(config.golden_write, result.golden);
     log.line("golden written: " + config.golden_write);
   }

@@ -16,10 +16,15 @@
 
 #include <functional>
 #include <iosfwd>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
+
+namespace fusepack::parallel {
+class Collectives;
+}
 
 namespace fusepack::train {
 
@@ -37,10 +42,18 @@ struct RunOptions {
   // Tolerance of golden_check. Unset = golden_tolerance(config.dtype, the golden's dtype).
   std::optional<golden::TolerancePolicy> tolerance;
   MicroBatchEdit edit_micro_batch;
+  // A sharded run: this process is rank comm->rank() of comm->world_size() and trains its shards of the model
+  // (trainer/parallel, FSDP2's semantics) on comm->device() (config.device is not read). Every rank must be given the
+  // same config; only the log of the rank given one is written, and golden files and weights are written by rank 0.
+  // Unset: one process trains the whole model on config.device.
+  std::shared_ptr<parallel::Collectives> comm;
 };
 
 struct RunResult {
   model::Qwen35Config model_config;
+  int rank = 0;          // of the sharded run (0 for one process)
+  int world_size = 1;
+  double setup_seconds = 0;  // from the start of run_training to the first step (model, weights and data ready)
   std::vector<StepMetrics> steps;
   RunSummary summary;
   golden::GoldenFile golden;                     // the run in the golden format, with its provenance

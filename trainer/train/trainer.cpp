@@ -23,7 +23,27 @@ std::vector<optim::NamedParameter> named_parameters(model::Qwen35ForCausalLM con
 }  // namespace
 
 Trainer::Trainer(model::Qwen35ForCausalLM& model, TrainerOptions options)
-    : model_(model), options_(std::move(options)), params_(named_parameters(model)), adamw_(params_, options_.adamw) {
+    : model_(model),
+      own_weights_(std::make_unique<model::LocalWeights>(model.config(), model.named_parameters(),
+                                                         model.mixed_precision())),
+      weights_(*own_weights_),
+      options_(std::move(options)),
+      params_(named_parameters(model)),
+      adamw_(params_, options_.adamw) {
+  check_options();
+}
+
+Trainer::Trainer(model::Qwen35ForCausalLM const& model, model::WeightSource& weights,
+                 std::vector<optim::NamedParameter> params, TrainerOptions options)
+    : model_(model),
+      weights_(weights),
+      options_(std::move(options)),
+      params_(std::move(params)),
+      adamw_(params_, options_.adamw) {
+  check_options();
+}
+
+void Trainer::check_options() const {
   options_.schedule.validate();
   if (!(std::isfinite(options_.clip_norm) && options_.clip_norm >= 0)) {
     throw std::invalid_argument("Trainer: clip_norm must be finite and >= 0 (0 = no clipping); got " +
@@ -46,15 +66,17 @@ StepResult Trainer::step(std::vector<model::ModelBatch> const& micro_batches) {
   // Count first (DESIGN section 3): every micro-batch's loss is divided by the whole step's target count.
   std::vector<std::int64_t> counts;
   for (model::ModelBatch const& b : micro_batches) counts.push_back(b.num_targets);
-  optim::StepLossNormalizer normalizer(counts);
+  optim::StepLossNormalizer normalizer(counts, options_.all_reduce);
   for (model::ModelBatch const& b : micro_batches) {
-    model::ForwardOutput const out = model_.forward(b);
+    model::ForwardOutput const out = model_.forward(b, weights_);
     normalizer.normalize(optim::TokenLossSum::from_sum(out.loss_sum, out.num_targets)).backward();
+    weights_.finish_backward();
   }
   r.loss = normalizer.step_loss();
   r.targets = normalizer.global_targets();
-  r.grad_norm = options_.clip_norm > 0 ? optim::clip_grad_norm(params_, options_.clip_norm)
-                                       : optim::grad_norm(params_);  // both throw NonFiniteGradNorm before any update
+  // Both throw NonFiniteGradNorm before any update.
+  r.grad_norm = options_.clip_norm > 0 ? optim::clip_grad_norm(params_, options_.clip_norm, options_.all_reduce)
+                                       : optim::grad_norm(params_, options_.all_reduce);
   adamw_.step(r.lr);
   ++steps_taken_;
   return r;

@@ -1,6 +1,7 @@
-// Trainer: one optimizer step as DESIGN.md section 3 defines it, over a model's micro-batches: count the step's targets
-// first, then per micro-batch forward → summed cross-entropy / the step's target count → backward (gradients
-// accumulate), clip the global gradient norm, AdamW at the schedule's rate for this step. Single rank.
+// Trainer: one optimizer step over a model's micro-batches: count the step's targets first (summed over ranks), then
+// per micro-batch forward → summed cross-entropy / the step's target count → backward (gradients accumulate), clip
+// the global gradient norm, AdamW at the schedule's rate for this step. One rank trains the model's own parameters; a
+// sharded run trains its shards, which its WeightSource gathers for the forward (trainer/parallel).
 #pragma once
 
 #include "trainer/model/batch.h"
@@ -10,6 +11,7 @@
 #include "trainer/optim/schedule.h"
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace fusepack::train {
@@ -18,6 +20,8 @@ struct TrainerOptions {
   optim::AdamWOptions adamw;       // betas, eps, weight decay and which parameters it applies to
   optim::CosineSchedule schedule;  // lr(step) of every update; total_steps bounds how many steps may be taken
   double clip_norm = 1.0;          // >= 0: clip the global gradient norm to it; 0 = measure it, never clip
+  // Sums the step's target count, loss and squared gradient norm over the data-parallel ranks; empty for one rank.
+  optim::AllReduceSum all_reduce;
 };
 
 // What one optimizer step did; the fields of a golden record (golden/FORMAT.md).
@@ -34,6 +38,10 @@ class Trainer {
   // Registers every parameter of `model` (which must outlive the Trainer) with AdamW; validates the options (throws
   // std::invalid_argument for the schedule or clip_norm, c10::Error for AdamW's options).
   Trainer(model::Qwen35ForCausalLM& model, TrainerOptions options);
+  // Trains `params`, the tensors behind the weights `weights` gives `model`'s forward (a rank's shards); the model
+  // (which may be on the meta device) and the source must outlive the Trainer.
+  Trainer(model::Qwen35ForCausalLM const& model, model::WeightSource& weights,
+          std::vector<optim::NamedParameter> params, TrainerOptions options);
 
   // One optimizer step over `micro_batches` (>= 1, on the model's device), in order. Gradients are reset first
   // (set to none), so nothing carries over from an earlier step. Throws std::invalid_argument for no micro-batch,
@@ -46,9 +54,13 @@ class Trainer {
   optim::AdamW const& optimizer() const { return adamw_; }
 
  private:
-  model::Qwen35ForCausalLM& model_;
+  void check_options() const;
+
+  model::Qwen35ForCausalLM const& model_;
+  std::unique_ptr<model::LocalWeights> own_weights_;  // one rank: the model's own parameters
+  model::WeightSource& weights_;
   TrainerOptions options_;
-  std::vector<optim::NamedParameter> params_;  // the model's named_parameters(), shared tensors
+  std::vector<optim::NamedParameter> params_;  // shared tensors
   optim::AdamW adamw_;
   std::int64_t steps_taken_ = 0;
 };
