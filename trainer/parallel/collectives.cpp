@@ -164,6 +164,11 @@ void Collectives::run(std::string const& what, Op&& op) {
   }
 }
 
+// A synchronous NCCL collective has already been queued on the current stream; Gloo's finishes here.
+void Collectives::wait(c10::intrusive_ptr<c10d::Work> const& work) const {
+  if (work) work->wait(options_.timeout);
+}
+
 void Collectives::all_gather(at::Tensor& out, at::Tensor& in, std::string const& what) {
   TORCH_CHECK(out.numel() == in.numel() * world_size_, "all_gather (", what, "): out has ", out.numel(),
               " elements; expected world_size x in = ", in.numel() * world_size_);
@@ -171,7 +176,7 @@ void Collectives::all_gather(at::Tensor& out, at::Tensor& in, std::string const&
     c10d::AllgatherOptions o;
     o.timeout = options_.timeout;
     o.asyncOp = false;  // NCCL: on the caller's current stream
-    backend_->_allgather_base(out, in, o)->wait(options_.timeout);
+    wait(backend_->_allgather_base(out, in, o));
   });
 }
 
@@ -183,7 +188,7 @@ void Collectives::reduce_scatter_sum(at::Tensor& out, at::Tensor& in, std::strin
     o.reduceOp = c10d::ReduceOp::SUM;
     o.timeout = options_.timeout;
     o.asyncOp = false;
-    backend_->_reduce_scatter_base(out, in, o)->wait(options_.timeout);
+    wait(backend_->_reduce_scatter_base(out, in, o));
   });
 }
 
@@ -194,7 +199,7 @@ void Collectives::all_reduce_sum(at::Tensor& t, std::string const& what) {
     o.reduceOp = c10d::ReduceOp::SUM;
     o.timeout = options_.timeout;
     o.asyncOp = false;
-    backend_->allreduce(ts, o)->wait(options_.timeout);
+    wait(backend_->allreduce(ts, o));
   });
 }
 
@@ -205,7 +210,7 @@ void Collectives::broadcast(at::Tensor& t, int root, std::string const& what) {
     o.rootRank = root;
     o.timeout = options_.timeout;
     o.asyncOp = false;
-    backend_->broadcast(ts, o)->wait(options_.timeout);
+    wait(backend_->broadcast(ts, o));
   });
 }
 

@@ -24,6 +24,7 @@
 namespace c10d {
 class Backend;
 class Store;
+class Work;
 }  // namespace c10d
 
 namespace fusepack::parallel {
@@ -78,6 +79,7 @@ class Collectives {
   template <typename Op>
   void run(std::string const& what, Op&& op);
   std::string diagnose(std::string const& what, std::string const& reason);
+  void wait(c10::intrusive_ptr<c10d::Work> const& work) const;
 
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<c10d::Backend> backend_;

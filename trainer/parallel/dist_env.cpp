@@ -58,7 +58,8 @@ DistEnv DistEnv::from_map(std::map<std::string, std::string> const& env) {
   d.restart_count = parse_int(env, "TORCHELASTIC_RESTART_COUNT", 0);
   if (env.count("MASTER_ADDR") > 0 && !env.at("MASTER_ADDR").empty()) d.master_addr = env.at("MASTER_ADDR");
   auto const agent = env.find("TORCHELASTIC_USE_AGENT_STORE");
-  d.use_agent_store = agent != env.end() && (agent->second == "True" || agent->second == "true" || agent->second == "1");
+  d.use_agent_store =
+      agent != env.end() && (agent->second == "True" || agent->second == "true" || agent->second == "1");
   if (d.world_size < 1) throw std::invalid_argument("environment variable WORLD_SIZE must be >= 1; got 0");
   if (d.rank >= d.world_size) {
     throw std::invalid_argument("environment variable RANK=" + std::to_string(d.rank) + " is outside WORLD_SIZE=" +

@@ -139,16 +139,19 @@ struct FullyShardedWeights::Impl {
       allocate_storage(g.flat, u.gathered_bytes);
       g.allocated = true;
     }
-    at::Tensor in = at::zeros({u.shard_bytes}, at::TensorOptions().dtype(at::kByte).device(device));
+    at::Tensor in = at::empty({u.shard_bytes}, at::TensorOptions().dtype(at::kByte).device(device));
     for (std::size_t i : u.params) {
       ShardedParameter const& p = params[i];
-      if (p.layout.local_numel() == 0) continue;
-      in.narrow(0, p.in_offset, p.layout.local_numel() * p.element_size).view(p.gather_dtype).copy_(
-          p.shard.reshape({-1}));
+      std::int64_t const real = p.layout.local_numel() * p.element_size;
+      if (real > 0) in.narrow(0, p.in_offset, real).view(p.gather_dtype).copy_(p.shard.reshape({-1}));
+      in.narrow(0, p.in_offset + real, align_up(p.padded_bytes) - real).zero_();  // padding and alignment gap
     }
-    at::Tensor out = at::empty({u.shard_bytes * world}, in.options());
+    // With one rank the rank-major all-gather buffer is already laid out parameter after parameter: the collective
+    // writes the gathered weights in place.
+    at::Tensor out = world == 1 ? g.flat : at::empty({u.shard_bytes * world}, in.options());
     auto collect = [&] {
       comm->all_gather(out, in, "all-gather of " + u.name);
+      if (world == 1) return;
       at::Tensor const by_rank = out.view({world, u.shard_bytes});
       for (std::size_t i : u.params) {
         ShardedParameter const& p = params[i];
@@ -203,7 +206,7 @@ struct FullyShardedWeights::Impl {
       if (grad.defined()) {
         grad.add_(g);
       } else {
-        grad = g.scalar_type() == pending->output.scalar_type() ? g.clone() : g;
+        grad = g;  // a view of the reduce-scatter's output (kept alive by it), or its conversion: no copy
       }
     }
     pending.reset();
@@ -214,18 +217,34 @@ struct FullyShardedWeights::Impl {
     finish_pending();  // at most one reduce-scatter in flight, as FSDP2
     Unit const& u = units[unit];
     at::ScalarType const reduce_dtype = options.mixed_precision.reduce(options.master_dtype);
-    std::vector<at::Tensor> full;
-    full.reserve(u.params.size());
+    // Each gradient cut into world_size chunks of chunk_rows rows (zero-padded), chunk r of every parameter side by
+    // side in row r: the layout whose row r reduce-scatters into rank r's padded shard of every parameter (FSDP2's
+    // _chunk_cat). Converted to the reduce dtype on the way, by the copies that lay it out.
+    at::Tensor input = at::empty({world, u.reduce_numel}, at::TensorOptions().dtype(reduce_dtype).device(device));
     for (std::size_t k = 0; k < u.params.size(); ++k) {
       ShardedParameter const& p = params[u.params[k]];
-      at::Tensor const& g = grads[k];
-      full.push_back(g.defined() ? g.to(reduce_dtype).contiguous()
-                                 : at::zeros(p.shape, at::TensorOptions().dtype(reduce_dtype).device(device)));
+      std::int64_t const chunk = p.layout.padded_numel();
+      std::int64_t const end = k + 1 < u.params.size() ? params[u.params[k + 1]].reduce_offset : u.reduce_numel;
+      if (std::int64_t const gap = end - p.reduce_offset - chunk; gap > 0) {
+        input.narrow(1, p.reduce_offset + chunk, gap).zero_();  // alignment, reduced with the rest
+      }
+      at::Tensor const by_rank = input.narrow(1, p.reduce_offset, chunk);  // [world, chunk]
+      if (!grads[k].defined() || chunk == 0) {
+        by_rank.zero_();
+        continue;
+      }
+      at::Tensor const flat = grads[k].reshape({-1});
+      std::int64_t const numel = flat.numel(), full = numel / chunk, rest = numel - full * chunk;
+      if (full > 0) by_rank.narrow(0, 0, full).copy_(flat.narrow(0, 0, full * chunk).view({full, chunk}));
+      if (full < world) {
+        at::Tensor const partial = by_rank.select(0, full);
+        if (rest > 0) partial.narrow(0, 0, rest).copy_(flat.narrow(0, full * chunk, rest));
+        partial.narrow(0, rest, chunk - rest).zero_();
+        if (full + 1 < world) by_rank.narrow(0, full + 1, world - full - 1).zero_();
+      }
     }
-    // Each gradient cut into world_size chunks of chunk_rows rows (zero-padded), chunk r of every parameter side by
-    // side in row r: the layout whose row r reduce-scatters into rank r's padded shard of every parameter.
-    at::Tensor input = at::_chunk_cat(full, 0, world).view({-1});
-    full.clear();
+    input = input.view({-1});
+    grads.clear();
     release_storage(*gathered);  // nothing reads the gathered weights once their gradients are complete
     at::Tensor output = at::empty({u.reduce_numel}, input.options());
     PendingReduction r{unit, input, output, std::nullopt};
@@ -311,6 +330,7 @@ FullyShardedWeights::FullyShardedWeights(model::Qwen35Config config, std::shared
   }
 
   // Units: the embedding (with the head when tied), each layer, the head.
+  at::ScalarType const reduce_dtype = options.mixed_precision.reduce(options.master_dtype);
   auto add_unit = [&](std::string name, std::vector<model::WeightGroup> groups, bool reshard) {
     Unit u;
     u.name = std::move(name);
@@ -328,8 +348,11 @@ FullyShardedWeights::FullyShardedWeights(model::Qwen35Config config, std::shared
       u.shard_bytes += align_up(p.padded_bytes);
       p.out_offset = u.gathered_bytes;
       u.gathered_bytes += align_up(p.padded_bytes * m.world);
+      // Each gradient shard starts 16-byte aligned, as a fresh allocation would: reductions over it (the grad norm)
+      // then vectorize the same way and give the bits they give one process.
+      std::int64_t const per_align = kAlign / static_cast<std::int64_t>(at::elementSize(reduce_dtype));
       p.reduce_offset = u.reduce_numel;
-      u.reduce_numel += p.layout.padded_numel();
+      u.reduce_numel += (p.layout.padded_numel() + per_align - 1) / per_align * per_align;
       u.params.push_back(i);
     }
     m.units.push_back(std::move(u));

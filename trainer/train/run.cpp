@@ -17,6 +17,8 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <c10/core/CachingDeviceAllocator.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <nlohmann/json.hpp>
 
 #include <chrono>
@@ -605,6 +607,18 @@ RunResult run_training(TrainConfig const& config, RunOptions const& options) {
                          per_step * static_cast<double>(config.steps - s - 1)));
   }
   log.clear_bar();
+  if (device.is_cuda()) {
+    c10::DeviceIndex const index =
+        device.has_index() ? device.index() : c10::impl::VirtualGuardImpl(device.type()).getDevice().index();
+    auto const stats = c10::getDeviceAllocator(device.type())->getDeviceStats(index);
+    result.peak_device_bytes =
+        stats.allocated_bytes[static_cast<std::size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak;
+    std::ostringstream peak;
+    peak << "peak GPU memory: " << std::fixed << std::setprecision(2)
+         << static_cast<double>(result.peak_device_bytes) / (1 << 30) << " GiB allocated on " << device
+         << (comm ? " (rank " + std::to_string(rank) + ")" : std::string());
+    log.line(peak.str());
+  }
 
   if (!config.output_dir.empty()) {
     if (sharded) {

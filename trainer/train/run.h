@@ -54,6 +54,7 @@ struct RunResult {
   int rank = 0;          // of the sharded run (0 for one process)
   int world_size = 1;
   double setup_seconds = 0;  // from the start of run_training to the first step (model, weights and data ready)
+  std::int64_t peak_device_bytes = -1;  // on a GPU: the caching allocator's peak of allocated bytes; -1 on the CPU
   std::vector<StepMetrics> steps;
   RunSummary summary;
   golden::GoldenFile golden;                     // the run in the golden format, with its provenance
