@@ -229,49 +229,83 @@ TEST(FullyShardedWeights, ShardsHoldTheWholeModelsInitialRowsOnEveryWorldSize) {
   }
 }
 
+struct OneBackward {
+  std::int64_t all_gathers = 0, reduce_scatters = 0;
+  std::vector<at::Tensor> grads;  // rank 0's shard gradients
+};
+
+// One forward and backward of qwen35-tiny (fp64) on 2 ranks, each with its own packed batch.
+OneBackward one_backward(bool reshard_after_forward, std::int64_t checkpoint_every) {
+  model::Qwen35Config const config = model::preset("qwen35-tiny");
+  auto const group = parallel::local_gloo_group(2, test_options());
+  auto const outcomes = on_ranks<OneBackward>(group, [&](int rank, std::shared_ptr<Collectives> const& comm) {
+    parallel::FullyShardOptions so;
+    so.master_dtype = at::kDouble;
+    so.reshard_after_forward = reshard_after_forward;
+    parallel::FullyShardedWeights w(config, comm, so);
+    w.init_parameters(5);
+    model::ModelOptions mo;
+    mo.dtype = at::kDouble;
+    mo.device = c10::kMeta;
+    mo.checkpoint_every = checkpoint_every;
+    model::Qwen35ForCausalLM const m(config, mo);
+    packing::SyntheticSpec spec;
+    spec.vocab_size = config.vocab_size;
+    spec.num_examples = 6;
+    spec.median_length = 20;
+    spec.max_length = 64;
+    spec.seed = 3 + static_cast<std::uint64_t>(rank);
+    packing::PackedBatch const b = packing::make_packed_batch(packing::make_synthetic(spec));
+    model::ForwardOutput const out = m.forward(model::make_model_batch(b, at::kCPU), w);
+    out.loss_sum.backward();
+    w.finish_backward();
+    OneBackward r{w.all_gathers(), w.reduce_scatters(), {}};
+    for (optim::NamedParameter const& p : w.parameters()) r.grads.push_back(p.param.grad().clone());
+    return r;
+  });
+  for (auto const& o : outcomes) EXPECT_TRUE(o.error.empty()) << o.error;
+  return outcomes[0].value;
+}
+
+void expect_same_gradients(OneBackward const& a, OneBackward const& b) {
+  ASSERT_EQ(a.grads.size(), b.grads.size());
+  for (std::size_t i = 0; i < a.grads.size(); ++i) EXPECT_TRUE(at::equal(a.grads[i], b.grads[i])) << "parameter " << i;
+}
+
 // One forward and backward: every unit is gathered once for the forward; with reshard_after_forward every layer is
 // gathered again for the backward (the embedding's backward needs no weights, the head is kept); each unit's gradient
 // is reduce-scattered once. The gradients agree either way.
 TEST(FullyShardedWeights, GathersEachLayerAgainForTheBackwardUnlessKeptAndReducesEachUnitOnce) {
-  model::Qwen35Config const config = model::preset("qwen35-tiny");
-  std::int64_t const layers = config.num_hidden_layers;
-  std::vector<std::vector<at::Tensor>> grads(2);
+  std::int64_t const layers = model::preset("qwen35-tiny").num_hidden_layers;
+  OneBackward const resharded = one_backward(true, 0), kept = one_backward(false, 0);
+  EXPECT_EQ(resharded.all_gathers, 2 * layers + 2);
+  EXPECT_EQ(kept.all_gathers, layers + 2);
+  EXPECT_EQ(resharded.reduce_scatters, layers + 2);
+  EXPECT_EQ(kept.reduce_scatters, layers + 2);
+  expect_same_gradients(resharded, kept);
+}
+
+// With activation checkpointing a layer's forward runs without a graph (its weights freed at once) and again in the
+// backward, gathering its weights anew and keeping them for the backward that follows: one more all-gather per layer
+// even when weights are kept, none extra when they are resharded anyway; the same gradients to the bit.
+TEST(FullyShardedWeights, ActivationCheckpointingGathersEachLayerForItsRecomputationWithTheSameGradients) {
+  std::int64_t const layers = model::preset("qwen35-tiny").num_hidden_layers;
+  OneBackward const plain = one_backward(true, 0);
   for (bool reshard : {true, false}) {
-    auto const group = parallel::local_gloo_group(2, test_options());
-    auto const outcomes = on_ranks<std::vector<std::int64_t>>(group, [&](int rank,
-                                                                          std::shared_ptr<Collectives> const& comm) {
-      parallel::FullyShardOptions so;
-      so.master_dtype = at::kDouble;
-      so.reshard_after_forward = reshard;
-      parallel::FullyShardedWeights w(config, comm, so);
-      w.init_parameters(5);
-      model::ModelOptions mo;
-      mo.dtype = at::kDouble;
-      mo.device = c10::kMeta;
-      model::Qwen35ForCausalLM const m(config, mo);
-      packing::SyntheticSpec spec;
-      spec.vocab_size = config.vocab_size;
-      spec.num_examples = 6;
-      spec.median_length = 20;
-      spec.max_length = 64;
-      spec.seed = 3 + static_cast<std::uint64_t>(rank);
-      packing::PackedBatch const b = packing::make_packed_batch(packing::make_synthetic(spec));
-      model::ForwardOutput const out = m.forward(model::make_model_batch(b, at::kCPU), w);
-      out.loss_sum.backward();
-      w.finish_backward();
-      if (rank == 0) {
-        for (optim::NamedParameter const& p : w.parameters()) grads[reshard ? 0 : 1].push_back(p.param.grad().clone());
-      }
-      return std::vector<std::int64_t>{w.all_gathers(), w.reduce_scatters()};
-    });
-    for (auto const& o : outcomes) {
-      ASSERT_TRUE(o.error.empty()) << o.error;
-      EXPECT_EQ(o.value[0], reshard ? 2 * layers + 2 : layers + 2) << "all-gathers, reshard " << reshard;
-      EXPECT_EQ(o.value[1], layers + 2) << "reduce-scatters";
-    }
+    OneBackward const checkpointed = one_backward(reshard, 1);
+    EXPECT_EQ(checkpointed.all_gathers, 2 * layers + 2) << "reshard " << reshard;
+    EXPECT_EQ(checkpointed.reduce_scatters, layers + 2);
+    expect_same_gradients(checkpointed, plain);
   }
-  ASSERT_EQ(grads[0].size(), grads[1].size());
-  for (std::size_t i = 0; i < grads[0].size(); ++i) EXPECT_TRUE(at::equal(grads[0][i], grads[1][i])) << i;
+}
+
+TEST(ShardedTraining, ActivationCheckpointingChangesNoBitOfTheSteps) {
+  TrainConfig plain = settings(1, 4);
+  TrainConfig checkpointed = plain;
+  checkpointed.checkpoint_every = 1;
+  std::vector<train::RunResult> const a = train_sharded(2, [&](int) { return plain; });
+  std::vector<train::RunResult> const b = train_sharded(2, [&](int) { return checkpointed; });
+  EXPECT_EQ(expect_same_steps(b[0], a[0], 0.0), 0.0);
 }
 
 TEST(ShardedTraining, TwoRanksReproduceOneProcessOnTheSameExamplesInFp64) { expect_ranks_reproduce_one_process(2, 1); }

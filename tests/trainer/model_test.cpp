@@ -17,6 +17,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
+#include <torch/csrc/autograd/function.h>
 
 #include <gtest/gtest.h>
 
@@ -668,6 +669,55 @@ TEST(Qwen35Model, ComputeDtypeCastsTheWeightsAndGradientsReachTheMasterWeights) 
     ASSERT_TRUE(p.grad().defined()) << name;
     EXPECT_EQ(p.grad().scalar_type(), at::kDouble) << name;
   }
+}
+
+// Whether the graph behind `t` holds a node named `name` (activation checkpointing's recompute node).
+bool graph_has_node(at::Tensor const& t, std::string const& name) {
+  std::vector<torch::autograd::Node*> todo{t.grad_fn().get()};
+  std::set<torch::autograd::Node*> seen;
+  while (!todo.empty()) {
+    torch::autograd::Node* n = todo.back();
+    todo.pop_back();
+    if (n == nullptr || !seen.insert(n).second) continue;
+    if (n->name() == name) return true;
+    for (auto const& e : n->next_edges()) todo.push_back(e.function.get());
+  }
+  return false;
+}
+
+// Recomputing a layer in the backward runs the same ops on the same bits: every gradient equals the one of the run
+// that kept the activations, to the bit (fp64, the composite backend on the CPU). The recompute node must be in the
+// graph, or the equality would prove nothing.
+TEST(ActivationCheckpointing, GradientsAreBitwiseEqualToTheRunWithoutIt) {
+  auto rng = test_rng();
+  ModelBatch const batch =
+      model::make_model_batch(packing::make_packed_batch(random_examples(rng, {9, 1, 70, 17}, 256)), at::kCPU);
+  auto grads = [&](std::int64_t every, bool* checkpointed) {
+    ModelOptions o = fp64_options(11);
+    o.checkpoint_every = every;
+    Qwen35ForCausalLM m(model::preset("qwen35-tiny"), o);
+    model::ForwardOutput const out = m.forward(batch);
+    *checkpointed = graph_has_node(out.loss_sum, "fusepack::CheckpointBackward");
+    out.loss_sum.backward();
+    std::vector<at::Tensor> g{out.loss_sum.detach()};
+    for (auto const& [name, p] : m.named_parameters()) g.push_back(p.grad());
+    return g;
+  };
+  bool checkpointed = false;
+  std::vector<at::Tensor> const reference = grads(0, &checkpointed);
+  EXPECT_FALSE(checkpointed);
+  for (std::int64_t every : {1, 2, 3}) {
+    std::vector<at::Tensor> const g = grads(every, &checkpointed);
+    EXPECT_TRUE(checkpointed) << "every " << every << ": no layer was checkpointed";
+    ASSERT_EQ(g.size(), reference.size());
+    for (std::size_t i = 0; i < g.size(); ++i) {
+      ASSERT_TRUE(g[i].defined()) << "every " << every << ", tensor " << i;
+      EXPECT_TRUE(at::equal(g[i], reference[i])) << "every " << every << ", tensor " << i << " (0: the loss)";
+    }
+  }
+  ModelOptions bad = fp64_options(1);
+  bad.checkpoint_every = -1;
+  FUSEPACK_EXPECT_INVALID_ARGUMENT(Qwen35ForCausalLM(model::preset("qwen35-tiny"), bad), "checkpoint_every must be >= 0");
 }
 
 TEST(Qwen35Model, FusedBackendOnTheCpuThrowsInsteadOfFallingBack) {

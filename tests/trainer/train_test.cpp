@@ -114,6 +114,16 @@ TEST(TrainConfig, ParsersAcceptTheCliSpellingsAndRejectTheRest) {
   FUSEPACK_EXPECT_INVALID_ARGUMENT(train::parse_batching("diagonal"), "batching must be packed or padded");
   FUSEPACK_EXPECT_INVALID_ARGUMENT(train::parse_pairing("sorted"), "pairing must be paired or fill");
   FUSEPACK_EXPECT_INVALID_ARGUMENT(train::parse_dtype("fp16"), "dtype must be fp64, fp32 or bf16; got 'fp16'");
+  EXPECT_EQ(train::parse_activation_checkpointing("none"), 0);
+  EXPECT_EQ(train::parse_activation_checkpointing("full"), 1);
+  EXPECT_EQ(train::parse_activation_checkpointing("every-3"), 3);
+  for (std::int64_t n : {0, 1, 2, 7}) {
+    EXPECT_EQ(train::parse_activation_checkpointing(train::activation_checkpointing_name(n)), n);
+  }
+  for (char const* bad : {"every-0", "every-", "every-x", "partial", "every--1", "every-99999999999"}) {
+    FUSEPACK_EXPECT_INVALID_ARGUMENT(train::parse_activation_checkpointing(bad),
+                                     "activation checkpointing must be none, full or every-N");
+  }
 }
 
 // ------------------------------------------------------------------------------------------------------------------

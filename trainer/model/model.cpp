@@ -1,6 +1,7 @@
 #include "trainer/model/model.h"
 
 #include "kernels/ops/rmsnorm.h"
+#include "trainer/model/checkpoint.h"
 #include "trainer/model/init.h"
 
 #include <ATen/ATen.h>
@@ -32,6 +33,10 @@ std::string name_list(std::vector<std::string> const& names, std::size_t limit =
 Qwen35ForCausalLM::Qwen35ForCausalLM(Qwen35Config config, ModelOptions options)
     : config_(std::move(config)), options_(options) {
   config_.validate();
+  if (options_.checkpoint_every < 0) {
+    throw std::invalid_argument("Qwen35ForCausalLM: checkpoint_every must be >= 0 (0 = no activation checkpointing); "
+                                "got " + std::to_string(options_.checkpoint_every));
+  }
   for (at::ScalarType t : {options_.dtype, options_.compute_dtype.value_or(options_.dtype)}) {
     if (!at::isFloatingType(t)) {
       throw std::invalid_argument(std::string("Qwen35ForCausalLM: the parameter and compute dtypes must be floating "
@@ -158,12 +163,17 @@ ForwardOutput Qwen35ForCausalLM::forward(ModelBatch const& batch, ForwardOptions
     throw std::invalid_argument("Qwen35ForCausalLM::forward: the model is on the meta device (shapes only); pass a "
                                 "WeightSource");
   }
-  LocalWeights weights(config_, params_, mixed_precision());
-  return forward(batch, weights, options);
+  auto weights = std::make_shared<LocalWeights>(config_, params_, mixed_precision());
+  return forward(batch, *weights, options, weights);
 }
 
 ForwardOutput Qwen35ForCausalLM::forward(ModelBatch const& batch, WeightSource& weights,
                                          ForwardOptions const& options) const {
+  return forward(batch, weights, options, nullptr);
+}
+
+ForwardOutput Qwen35ForCausalLM::forward(ModelBatch const& batch, WeightSource& weights, ForwardOptions const& options,
+                                         std::shared_ptr<WeightSource> owner) const {
   char const* const where = "Qwen35ForCausalLM::forward";
   if (!batch.tokens.defined() || batch.tokens.dim() != 1) {
     throw std::invalid_argument(std::string(where) + ": batch.tokens must be a 1-D [T] tensor (make_model_batch)");
@@ -191,21 +201,29 @@ ForwardOutput Qwen35ForCausalLM::forward(ModelBatch const& batch, WeightSource& 
                            .to(device);
     whole.max_seqlen = T;
   }
-  SequenceLayout const& gdn_seq = options.planted_leak == PlantedLeak::kGatedDeltaNetSpansPack ? whole : seq;
-  SequenceLayout const& attn_seq = options.planted_leak == PlantedLeak::kAttentionSpansPack ? whole : seq;
+  SequenceLayout const gdn_seq = options.planted_leak == PlantedLeak::kGatedDeltaNetSpansPack ? whole : seq;
+  SequenceLayout const attn_seq = options.planted_leak == PlantedLeak::kAttentionSpansPack ? whole : seq;
 
   WeightGroup const embedding = WeightGroup::embedding();
   at::Tensor x_TH = at::embedding(weights.acquire(embedding).at("model.embed_tokens.weight"), batch.tokens);
   weights.release(embedding, at::Tensor());  // the embedding's backward reads the token ids, not the weight
+  std::int64_t const every = options_.checkpoint_every;
   for (std::int64_t i = 0; i < config_.num_hidden_layers; ++i) {
-    WeightGroup const group = WeightGroup::decoder_layer(i);
-    LayerWeights const layer = layer_weights(weights.acquire(group), i);
-    at::Tensor const h_TH = ops::rmsnorm(x_TH, layer.input_layernorm, eps, backend);
-    x_TH = x_TH + (layer.type == LayerType::kLinearAttention
-                       ? gated_deltanet(h_TH, layer.linear_attn, config_, gdn_seq, backend)
-                       : gated_attention(h_TH, layer.self_attn, config_, attn_seq, backend));
-    x_TH = x_TH + mlp(ops::rmsnorm(x_TH, layer.post_attention_layernorm, eps, backend), layer.mlp, backend);
-    weights.release(group, x_TH);
+    // By value: a checkpointed layer runs again in the backward, after this frame is gone (the model and the source
+    // outlive it; `owner` keeps a source made by forward itself).
+    auto decoder_layer = [this, i, &weights, owner, gdn_seq, attn_seq, eps, backend](at::Tensor const& x,
+                                                                                   bool recomputing) {
+      WeightGroup const group = WeightGroup::decoder_layer(i);
+      LayerWeights const layer = layer_weights(weights.acquire(group), i);
+      at::Tensor const h_TH = ops::rmsnorm(x, layer.input_layernorm, eps, backend);
+      at::Tensor y_TH = x + (layer.type == LayerType::kLinearAttention
+                                 ? gated_deltanet(h_TH, layer.linear_attn, config_, gdn_seq, backend)
+                                 : gated_attention(h_TH, layer.self_attn, config_, attn_seq, backend));
+      y_TH = y_TH + mlp(ops::rmsnorm(y_TH, layer.post_attention_layernorm, eps, backend), layer.mlp, backend);
+      weights.release(group, y_TH, recomputing);
+      return y_TH;
+    };
+    x_TH = every > 0 && i % every == 0 ? checkpointed(x_TH, decoder_layer) : decoder_layer(x_TH, false);
   }
   WeightGroup const head = WeightGroup::head();
   GroupWeights const hw = weights.acquire(head);

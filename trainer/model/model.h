@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -36,6 +37,10 @@ struct ModelOptions {
   c10::Device device = c10::kCPU;
   ops::Backend backend = ops::Backend::kComposite;
   std::uint64_t seed = 0;  // init_parameters' seed
+  // Activation checkpointing (checkpoint.h): 0 keeps every layer's activations for the backward; N >= 1 checkpoints
+  // layers 0, N, 2N, ... (1: every layer), which keep only their input and run their forward again in the backward.
+  // The gradients are the same to the bit.
+  std::int64_t checkpoint_every = 0;
 };
 
 // Leaky variants, only for tests that must show the no-leak tests can fail; a training run never sets one.
@@ -102,7 +107,8 @@ class Qwen35ForCausalLM {
   // vocabulary, or the model is on the meta device.
   ForwardOutput forward(ModelBatch const& batch, ForwardOptions const& options = {}) const;
   // The same over weights from `weights` (the model's own parameters are not read; the model may be on meta). The
-  // batch must be on weights.device().
+  // batch must be on weights.device(). With activation checkpointing, the model and `weights` must live until the
+  // backward has run.
   ForwardOutput forward(ModelBatch const& batch, WeightSource& weights, ForwardOptions const& options = {}) const;
 
   MixedPrecisionPolicy mixed_precision() const { return {options_.compute_dtype, std::nullopt}; }
@@ -116,6 +122,9 @@ class Qwen35ForCausalLM {
     MlpWeights mlp;
   };
   LayerWeights layer_weights(GroupWeights const& w, std::int64_t layer) const;
+  // forward(batch, weights, options), keeping `owner` (the source, when forward made it) alive for recomputations.
+  ForwardOutput forward(ModelBatch const& batch, WeightSource& weights, ForwardOptions const& options,
+                        std::shared_ptr<WeightSource> owner) const;
 
   Qwen35Config config_;
   ModelOptions options_;

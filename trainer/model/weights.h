@@ -71,10 +71,12 @@ class WeightSource {
   // The forward's last use of `group` is over. `output` is the tensor that carries the group's result (the residual
   // stream after a layer): the group's backward runs after `output`'s gradient is complete, so a source that frees
   // gathered weights after the forward gathers them again from there. An undefined `output` says the group's backward
-  // reads none of its weights (the embedding's backward needs only the token ids).
-  virtual void release(WeightGroup const& group, at::Tensor const& output) {
+  // reads none of its weights (the embedding's backward needs only the token ids). `recomputing`: this forward is
+  // activation checkpointing's recomputation in the backward, whose own backward follows at once (keep the weights).
+  virtual void release(WeightGroup const& group, at::Tensor const& output, bool recomputing = false) {
     (void)group;
     (void)output;
+    (void)recomputing;
   }
   // Called after each backward: returns when every gradient of that backward is in the trainable tensors' .grad.
   virtual void finish_backward() {}

@@ -480,7 +480,7 @@ model::GroupWeights FullyShardedWeights::acquire(model::WeightGroup const& group
   return out;
 }
 
-void FullyShardedWeights::release(model::WeightGroup const& group, at::Tensor const& output) {
+void FullyShardedWeights::release(model::WeightGroup const& group, at::Tensor const& output, bool recomputing) {
   Impl& m = *impl_;
   std::size_t const ui = m.unit_index(group);
   Unit& u = m.units[ui];
@@ -491,7 +491,9 @@ void FullyShardedWeights::release(model::WeightGroup const& group, at::Tensor co
   if (std::find(u.released.begin(), u.released.end(), false) != u.released.end()) return;
   std::shared_ptr<Gathered> g = std::move(u.live);
   bool const backward = at::GradMode::is_enabled() && output.defined() && output.requires_grad();
-  if (!u.reshard_after_forward && backward) return;  // kept for the backward; its GatherBackward frees it
+  // Kept for the backward (its GatherBackward frees it): without resharding, or when this forward is activation
+  // checkpointing's recomputation, whose backward comes next (FSDP2 skips its post-forward reshard there too).
+  if ((!u.reshard_after_forward || recomputing) && backward) return;
   m.release_storage(*g);
   if (!backward) return;
   u.awaiting_backward = g;

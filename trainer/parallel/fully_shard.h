@@ -69,7 +69,7 @@ class FullyShardedWeights final : public model::WeightSource {
   at::Tensor gather_parameter(std::string const& name);
 
   model::GroupWeights acquire(model::WeightGroup const& group) override;
-  void release(model::WeightGroup const& group, at::Tensor const& output) override;
+  void release(model::WeightGroup const& group, at::Tensor const& output, bool recomputing = false) override;
   void finish_backward() override;
   c10::Device device() const override;
 

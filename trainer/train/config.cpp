@@ -71,6 +71,25 @@ DType parse_dtype(std::string const& name) {
   throw std::invalid_argument("dtype must be fp64, fp32 or bf16; got '" + name + "'");
 }
 
+std::int64_t parse_activation_checkpointing(std::string const& text) {
+  if (text == "none") return 0;
+  if (text == "full") return 1;
+  std::string const prefix = "every-";
+  if (text.rfind(prefix, 0) == 0 && text.size() > prefix.size() &&
+      text.find_first_not_of("0123456789", prefix.size()) == std::string::npos && text.size() < prefix.size() + 10) {
+    std::int64_t const n = std::stoll(text.substr(prefix.size()));
+    if (n >= 1) return n;
+  }
+  throw std::invalid_argument("activation checkpointing must be none, full or every-N with N >= 1 (every-2: layers 0, "
+                              "2, 4, ...); got '" + text + "'");
+}
+
+std::string activation_checkpointing_name(std::int64_t checkpoint_every) {
+  if (checkpoint_every == 0) return "none";
+  if (checkpoint_every == 1) return "full";
+  return "every-" + std::to_string(checkpoint_every);
+}
+
 void TrainConfig::validate() const {
   std::vector<std::string> problems;
   auto require = [&](bool ok, std::string const& rule) {
@@ -115,6 +134,8 @@ void TrainConfig::validate() const {
   require(dtype != DType::kBFloat16 || cuda,
           "dtype bf16 (bf16 compute over fp32 master weights) needs device cuda; on the CPU use fp32 or fp64");
   require(threads >= 0, "threads must be >= 0 (0 = ATen's default); got " + std::to_string(threads));
+  require(checkpoint_every >= 0, "checkpoint_every must be >= 0 (0 = no activation checkpointing); got " +
+                                     std::to_string(checkpoint_every));
 
   require(golden_write.empty() || golden_write != golden_check,
           "golden_write and golden_check name the same file '" + golden_write + "'");

@@ -30,6 +30,11 @@ char const* dtype_name(DType dtype);         // "fp64", "fp32", "bf16" (the CLI'
 char const* golden_dtype_name(DType dtype);  // "float64", "float32", "bfloat16" (golden/FORMAT.md's spelling)
 DType parse_dtype(std::string const& name);  // fp64|float64, fp32|float32, bf16|bfloat16; throws otherwise
 
+// The CLI's --activation-checkpointing: "none" → 0, "full" → 1, "every-N" → N (N >= 1); throws std::invalid_argument
+// for anything else. activation_checkpointing_name is its inverse.
+std::int64_t parse_activation_checkpointing(std::string const& text);
+std::string activation_checkpointing_name(std::int64_t checkpoint_every);
+
 struct TrainConfig {
   // ---- The model: a named preset, or a Hugging Face config.json; exactly one of the two.
   std::string preset;        // model::preset_names(), e.g. "qwen35-tiny"
@@ -77,6 +82,9 @@ struct TrainConfig {
   // Sharded runs (several ranks, trainer/parallel): free each layer's gathered weights after its forward and gather
   // them again for its backward (FSDP2's reshard_after_forward); false keeps them from forward to backward.
   bool reshard_after_forward = true;
+  // Activation checkpointing (model::ModelOptions::checkpoint_every): 0 none; N >= 1 recomputes layers 0, N, 2N, ...
+  // in the backward instead of keeping their activations (1: every layer). Same gradients, less memory, more compute.
+  std::int64_t checkpoint_every = 0;
 
   // ---- Outputs.
   std::string output_dir;    // fine-tuned weights at the end (config.json + model.safetensors, HF names); empty = none

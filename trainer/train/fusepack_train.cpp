@@ -35,6 +35,7 @@ struct Args {
   golden::TolerancePolicy tolerance;
   bool progress = true;
   double collective_timeout = 600;  // seconds
+  std::string activation_checkpointing = "none";
 };
 
 void add_tolerance(CLI::App& app, std::string const& field, golden::FieldTolerance& tol) {
@@ -113,6 +114,10 @@ int main(int argc, char** argv) {
   add_tolerance(app, "grad-norm", args.tolerance.grad_norm);
   add_tolerance(app, "lr", args.tolerance.lr);
   app.add_option("--profile-step", c.profile_step, "profile optimizer step N (0-based)");
+  app.add_option("--activation-checkpointing", args.activation_checkpointing,
+                 "none, full (every decoder layer) or every-N (layers 0, N, 2N, ...): keep only a checkpointed layer's "
+                 "input and run its forward again in the backward (same gradients, less memory)")
+      ->capture_default_str();
   app.add_option("--reshard-after-forward", c.reshard_after_forward,
                  "sharded runs (torchrun): free each layer's gathered weights after its forward and gather them again "
                  "for its backward (true), or keep them until the backward (false: more memory, less traffic)")
@@ -149,6 +154,7 @@ int main(int argc, char** argv) {
     c.oversize = packing::parse_oversize_policy(args.oversize);
     c.backend = ops::parse_backend(args.backend);
     c.dtype = train::parse_dtype(args.dtype);
+    c.checkpoint_every = train::parse_activation_checkpointing(args.activation_checkpointing);
     c.validate();
     env = parallel::DistEnv::from_environment();
 

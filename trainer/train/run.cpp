@@ -76,6 +76,7 @@ model::ModelOptions model_options(TrainConfig const& c) {
   o.device = c10::Device(c.device);
   o.backend = c.backend;
   o.seed = c.seed;
+  o.checkpoint_every = c.checkpoint_every;
   return o;
 }
 
@@ -225,6 +226,7 @@ Json run_fingerprint(TrainConfig const& c, model::Qwen35Config const& model_conf
   f["dtype"] = dtype_name(c.dtype);
   f["threads"] = c.threads;
   f["reshard_after_forward"] = c.reshard_after_forward;
+  f["activation_checkpointing"] = activation_checkpointing_name(c.checkpoint_every);  // changes the collectives' order
   f["profile_step"] = c.profile_step;
   f["fusepack"] = std::string(FUSEPACK_VERSION) + " " + source_commit();
   return f;
@@ -328,7 +330,9 @@ std::string describe_model(model::Qwen35Config const& c, model::Qwen35ForCausalL
   os << "model: " << (tc.preset.empty() ? tc.model_config : "preset " + tc.preset) << ", " << c.num_hidden_layers
      << " layers, hidden " << c.hidden_size << ", vocab " << c.vocab_size << ", " << grouped(m.num_parameters())
      << " parameters; " << dtype_name(tc.dtype) << " on " << tc.device << ", backend "
-     << ops::backend_name(tc.backend);
+     << ops::backend_name(tc.backend)
+     << (tc.checkpoint_every > 0 ? ", activation checkpointing " + activation_checkpointing_name(tc.checkpoint_every)
+                                 : std::string());
   return os.str();
 }
 
