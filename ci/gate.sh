@@ -2,8 +2,9 @@
 # The verification gate: builds fusepack, runs every check this machine can run (GPU checks report SKIPPED without
 # a device), prints a pass/fail summary per label with the worst error-budget share of every checked tensor, then
 # trains the embedded qwen35-tiny model on packed batches and compares it step by step with the committed padded
-# golden (golden/qwen35-tiny-padded.json; loss table, tokens/s, padding share); on a GPU machine also the fused bf16
-# path on qwen35-tiny64 against its golden, within twice the drift of the padded composite bf16 run.
+# golden (golden/qwen35-tiny-padded.json; loss table, tokens/s, padding share), then the same sharded over 2 CPU ranks
+# launched by torchrun; on a GPU machine also the fused bf16 path on qwen35-tiny64 against its golden, within twice the
+# drift of the padded composite bf16 run.
 # Exit status is non-zero on any failure; JUnit XML is in build/junit.xml.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -24,6 +25,21 @@ echo "[gate] training qwen35-tiny packed (composite, fp64, cpu) against the padd
   --golden-check golden/qwen35-tiny-padded.json
 golden_status=$?
 echo "[gate] golden comparison (composite): $([ $golden_status -eq 0 ] && echo PASSED || echo FAILED)"
+# The same run sharded over 2 CPU ranks (Gloo), launched by torchrun as users launch it: 2 ranks x 1 micro-batch train
+# the golden's 2 micro-batches per step.
+torchrun=("${FUSEPACK_DEPS:-$HOME/.cache/fusepack}/venv/bin/torchrun")  # ci/setup.sh's; else python3's torch
+[ -x "${torchrun[0]}" ] || { python3 -c 'import torch.distributed.run' 2>/dev/null && torchrun=(python3 -m torch.distributed.run); }
+if [ -x "${torchrun[0]}" ] || [ "${torchrun[0]}" = python3 ]; then
+  echo "[gate] training qwen35-tiny packed on 2 sharded CPU ranks (torchrun, Gloo) against the same golden"
+  OMP_NUM_THREADS=1 "${torchrun[@]}" --standalone --nproc-per-node 2 --no-python "$train" --preset qwen35-tiny \
+    --batching packed --backend composite --dtype fp64 --device cpu "${golden_settings[@]}" --micro-batches 1 \
+    --golden-check golden/qwen35-tiny-padded.json 2>&1 | grep -v "Failed to initialize NumPy\|_conversion_method_template"
+  sharded_status=${PIPESTATUS[0]}
+  echo "[gate] golden comparison (2 sharded ranks): $([ "$sharded_status" -eq 0 ] && echo PASSED || echo FAILED)"
+  [ "$sharded_status" -eq 0 ] || golden_status=1
+else
+  echo "[gate] SKIPPED the sharded golden check: no torchrun (ci/setup.sh installs one with the torch wheel)"
+fi
 # On a GPU machine the fused path too: qwen35-tiny64 packed, fused, bf16, against its fp64 padded golden, allowed
 # twice the drift of the padded composite bf16 run (the baseline, run first) plus one bf16 rounding step.
 if nvidia-smi -L >/dev/null 2>&1; then

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <cstdio>
 #include <ctime>
 #include <fstream>
 #include <istream>
@@ -245,12 +246,23 @@ void write_golden(std::ostream& out, GoldenFile const& file, std::string const& 
 }
 
 void write_golden(std::string const& path, GoldenFile const& file) {
-  validate_values(file, path);  // before the file is created or truncated
-  std::ofstream out(path);
-  if (!out) throw GoldenError(path, "", "cannot open for writing");
-  write_golden(out, file, path);
-  out.close();
-  if (!out) throw GoldenError(path, "", "write failed");
+  validate_values(file, path);  // before any file is created
+  // Through "<path>.tmp" and a rename: `path` holds the old golden or the whole new one, never a partial file.
+  std::string const tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    if (!out) throw GoldenError(path, "", "cannot open " + tmp + " for writing");
+    write_golden(out, file, path);
+    out.close();
+    if (!out) {
+      std::remove(tmp.c_str());
+      throw GoldenError(path, "", "write failed (disk full?)");
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw GoldenError(path, "", "cannot rename " + tmp + " to it");
+  }
 }
 
 GoldenFile read_golden(std::istream& in, std::string const& name) {

@@ -1,22 +1,20 @@
 // fusepack-train as separate processes, launched the ways users launch them: by hand with RANK, WORLD_SIZE,
 // MASTER_ADDR and MASTER_PORT, and by torchrun --no-python. Two ranks pass the committed padded golden; a rank that is
 // killed or stopped mid-run makes the other exit non-zero within a bounded time, naming it; ranks started with
-// different settings refuse to start.
+// different settings refuse to start. And interrupted as users interrupt it: SIGINT saves a checkpoint at the next
+// step boundary and the resumed run ends with the uninterrupted run's weights, byte for byte; a second signal ends it
+// at once; SIGKILL in the middle of a save leaves the previous checkpoint loadable.
 #include "tests/support/run_binary.h"
 
 #include <gtest/gtest.h>
 
-#include <fcntl.h>
+#include <dirent.h>
 #include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <map>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -34,8 +32,6 @@
 namespace fusepack::test {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
 // golden/settings.sh's settings (e2e_support.h holds them as a TrainConfig), packed, composite fp64 on the CPU.
 std::vector<std::string> golden_args(int steps = 10) {
   return {"--preset",  "qwen35-tiny", "--batching", "packed", "--backend", "composite", "--dtype", "fp64",
@@ -45,70 +41,6 @@ std::vector<std::string> golden_args(int steps = 10) {
           "--lr",      "3e-3",        "--warmup",   "2",      "--min-lr", "3e-4", "--weight-decay", "0.1",
           "--beta1",   "0.9",         "--beta2",    "0.95",   "--eps", "1e-8", "--clip-norm", "1.0",
           "--seed",    "1234",        "--no-progress"};
-}
-
-struct Process {
-  pid_t pid = -1;
-  std::string log;  // stdout and stderr
-};
-
-// Starts `argv` with `env` added to this process's environment, its output into `log`.
-Process spawn(std::vector<std::string> const& argv, std::map<std::string, std::string> const& env,
-              std::string const& log) {
-  Process p;
-  p.log = log;
-  p.pid = ::fork();
-  if (p.pid == 0) {
-    int const fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    ::dup2(fd, 1);
-    ::dup2(fd, 2);
-    for (auto const& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
-    std::vector<char*> args;
-    for (std::string const& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    ::execv(args[0], args.data());
-    std::perror("execv");
-    ::_exit(127);
-  }
-  return p;
-}
-
-// The exit code (128 + N when killed by signal N), or -1 when `limit` passed first (the process is then killed).
-int wait_for(Process const& p, std::chrono::seconds limit, double* seconds = nullptr) {
-  Clock::time_point const start = Clock::now();
-  int status = 0;
-  while (true) {
-    pid_t const done = ::waitpid(p.pid, &status, WNOHANG);
-    if (done == p.pid) break;
-    if (Clock::now() - start > limit) {
-      ::kill(p.pid, SIGKILL);
-      ::waitpid(p.pid, &status, 0);
-      return -1;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  if (seconds != nullptr) *seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-std::string read_file(std::string const& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-// Waits until `log` holds `count` lines starting with "step " (or `limit` passes).
-bool wait_for_steps(std::string const& log, int count, std::chrono::seconds limit) {
-  Clock::time_point const start = Clock::now();
-  while (Clock::now() - start < limit) {
-    std::istringstream in(read_file(log));
-    int steps = 0;
-    for (std::string line; std::getline(in, line);) steps += line.rfind("step ", 0) == 0;
-    if (steps >= count) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  return false;
 }
 
 // `world` ranks of fusepack-train `args` started by hand; rank r's extra arguments from `extra(r)`.
@@ -129,14 +61,14 @@ std::vector<Process> launch(int world, std::vector<std::string> const& args,
                                                  {"LOCAL_WORLD_SIZE", std::to_string(world)},
                                                  {"MASTER_ADDR", "127.0.0.1"},
                                                  {"MASTER_PORT", std::to_string(port)}};
-    ranks.push_back(spawn(argv, env, test_temp_path("rank" + std::to_string(r), ".log")));
+    ranks.push_back(spawn_process(argv, env, test_temp_path("rank" + std::to_string(r), ".log")));
   }
   return ranks;
 }
 
 void print_logs(std::vector<Process> const& ranks) {
   for (std::size_t r = 0; r < ranks.size(); ++r) {
-    std::printf("---- rank %zu (%s)\n%s", r, ranks[r].log.c_str(), read_file(ranks[r].log).c_str());
+    std::printf("---- rank %zu (%s)\n%s", r, ranks[r].log.c_str(), read_text_file(ranks[r].log).c_str());
   }
 }
 
@@ -146,13 +78,13 @@ TEST(FusepackTrainLaunch, TwoRanksStartedByHandPassTheCommittedPaddedGolden) {
   args.push_back(std::string(FUSEPACK_GOLDEN_DIR) + "/qwen35-tiny-padded.json");
   std::vector<Process> const ranks = launch(2, args);
   std::vector<int> codes;
-  for (Process const& p : ranks) codes.push_back(wait_for(p, std::chrono::seconds(300)));
+  for (Process const& p : ranks) codes.push_back(wait_process(p, std::chrono::seconds(300)));
   print_logs(ranks);
   EXPECT_EQ(codes, (std::vector<int>{0, 0}));
-  std::string const log0 = read_file(ranks[0].log);
+  std::string const log0 = read_text_file(ranks[0].log);
   EXPECT_NE(log0.find("sharded over 2 ranks (gloo)"), std::string::npos);
   EXPECT_NE(log0.find("PASS: "), std::string::npos);
-  EXPECT_EQ(read_file(ranks[1].log), "") << "only rank 0 logs";
+  EXPECT_EQ(read_text_file(ranks[1].log), "") << "only rank 0 logs";
 }
 
 TEST(FusepackTrainLaunch, TorchrunStartsTheRanksWithTheSameCommandLine) {
@@ -162,9 +94,9 @@ TEST(FusepackTrainLaunch, TorchrunStartsTheRanksWithTheSameCommandLine) {
                                 FUSEPACK_TRAIN_BINARY};
   std::vector<std::string> const args = golden_args(3);
   argv.insert(argv.end(), args.begin(), args.end());
-  Process const p = spawn(argv, {{"OMP_NUM_THREADS", "1"}}, test_temp_path("torchrun", ".log"));
-  int const code = wait_for(p, std::chrono::seconds(300));
-  std::string const log = read_file(p.log);
+  Process const p = spawn_process(argv, {{"OMP_NUM_THREADS", "1"}}, test_temp_path("torchrun", ".log"));
+  int const code = wait_process(p, std::chrono::seconds(300));
+  std::string const log = read_text_file(p.log);
   std::printf("%s", log.c_str());
   EXPECT_EQ(code, 0);
   EXPECT_NE(log.find("sharded over 2 ranks (gloo)"), std::string::npos);
@@ -178,14 +110,14 @@ void expect_rank_1_named_after(int signal, std::string const& collective_timeout
   args.push_back("--collective-timeout");
   args.push_back(collective_timeout);
   std::vector<Process> const ranks = launch(2, args);
-  ASSERT_TRUE(wait_for_steps(ranks[0].log, 3, std::chrono::seconds(120))) << read_file(ranks[0].log);
+  ASSERT_TRUE(wait_for_step_lines(ranks[0].log, 3, std::chrono::seconds(120))) << read_text_file(ranks[0].log);
   ::kill(ranks[1].pid, signal);
   double seconds = 0;
-  int const code = wait_for(ranks[0], std::chrono::seconds(60), &seconds);
+  int const code = wait_process(ranks[0], std::chrono::seconds(60), &seconds);
   ::kill(ranks[1].pid, SIGKILL);
-  wait_for(ranks[1], std::chrono::seconds(10));
+  wait_process(ranks[1], std::chrono::seconds(10));
   print_logs(ranks);
-  std::string const log0 = read_file(ranks[0].log);
+  std::string const log0 = read_text_file(ranks[0].log);
   EXPECT_EQ(code, 2) << "rank 0 must exit with an error, not hang or pass";
   EXPECT_LT(seconds, bound);
   EXPECT_NE(log0.find("rank 1: its heartbeat stopped"), std::string::npos) << log0;
@@ -211,14 +143,110 @@ std::vector<std::string> other_lr(int rank) {
 TEST(FusepackTrainLaunch, RanksStartedWithDifferentSettingsExitNamingTheDifference) {
   std::vector<Process> const ranks = launch(2, golden_args(2), other_lr);
   std::vector<int> codes;
-  for (Process const& p : ranks) codes.push_back(wait_for(p, std::chrono::seconds(120)));
+  for (Process const& p : ranks) codes.push_back(wait_process(p, std::chrono::seconds(120)));
   print_logs(ranks);
   EXPECT_EQ(codes, (std::vector<int>{2, 2}));
   for (Process const& p : ranks) {
-    std::string const log = read_file(p.log);
+    std::string const log = read_text_file(p.log);
     EXPECT_NE(log.find("different settings"), std::string::npos) << log;
     EXPECT_NE(log.find("/lr 0.003 on rank 0, 0.001 on rank 1"), std::string::npos) << log;
   }
+}
+
+// ---- Interrupting a run
+
+std::vector<std::string> with(std::vector<std::string> args, std::vector<std::string> const& more) {
+  args.insert(args.begin(), FUSEPACK_TRAIN_BINARY);
+  args.insert(args.end(), more.begin(), more.end());
+  return args;
+}
+
+bool contains(std::string const& text, std::string const& part) { return text.find(part) != std::string::npos; }
+
+// A step-N.tmp folder of an interrupted (or running) save in `dir`.
+bool has_tmp_folder(std::string const& dir) {
+  DIR* d = ::opendir(dir.c_str());
+  bool found = false;
+  while (dirent const* e = d != nullptr ? ::readdir(d) : nullptr) {
+    std::string const name = e->d_name;
+    found = found || (name.rfind("step-", 0) == 0 && name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0);
+  }
+  if (d != nullptr) ::closedir(d);
+  return found;
+}
+
+TEST(FusepackTrainSignals, SigintSavesAtTheStepBoundaryAndTheResumedRunEndsWithTheSameWeights) {
+  std::string const uninterrupted = test_temp_path("uninterrupted", "");
+  std::string const save_dir = test_temp_path("saves", ""), resumed = test_temp_path("resumed", "");
+  Process const whole = spawn_process(with(golden_args(), {"--output", uninterrupted}), {}, test_temp_path("a", ".log"));
+  ASSERT_EQ(wait_process(whole, std::chrono::seconds(300)), 0) << read_text_file(whole.log);
+
+  Process const first = spawn_process(with(golden_args(), {"--save-dir", save_dir}), {}, test_temp_path("b", ".log"));
+  ASSERT_TRUE(wait_for_step_lines(first.log, 3, std::chrono::seconds(120))) << read_text_file(first.log);
+  ::kill(first.pid, SIGINT);
+  int const code = wait_process(first, std::chrono::seconds(120));
+  std::string const log = read_text_file(first.log);
+  std::printf("%s", log.c_str());
+  EXPECT_EQ(code, 128 + SIGINT);
+  EXPECT_TRUE(contains(log, "interrupted before step")) << log;
+  EXPECT_TRUE(contains(log, "checkpoint saved: " + save_dir + "/step-")) << log;
+  EXPECT_FALSE(contains(log, "step 9/10")) << "the run went on to the end";
+
+  Process const second = spawn_process(with(golden_args(), {"--save-dir", save_dir, "--resume", "latest", "--output",
+                                                            resumed}),
+                                       {}, test_temp_path("c", ".log"));
+  ASSERT_EQ(wait_process(second, std::chrono::seconds(300)), 0) << read_text_file(second.log);
+  EXPECT_TRUE(contains(read_text_file(second.log), "resumed from " + save_dir)) << read_text_file(second.log);
+  EXPECT_EQ(read_text_file(resumed + "/model.safetensors"), read_text_file(uninterrupted + "/model.safetensors"))
+      << "the resumed run's weights differ from the uninterrupted run's";
+}
+
+TEST(FusepackTrainSignals, ASecondSignalEndsTheRunAtOnceWithoutSaving) {
+  std::string const save_dir = test_temp_path("saves", "");
+  // 16 micro-batches a step: a step lasts long enough for both signals to arrive within it.
+  std::vector<std::string> args = golden_args(100000);
+  args.push_back("--micro-batches");
+  args.push_back("16");
+  Process const p = spawn_process(with(args, {"--save-dir", save_dir}), {}, test_temp_path("run", ".log"));
+  ASSERT_TRUE(wait_for_step_lines(p.log, 1, std::chrono::seconds(120))) << read_text_file(p.log);
+  ::kill(p.pid, SIGINT);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ::kill(p.pid, SIGINT);
+  double seconds = 0;
+  EXPECT_EQ(wait_process(p, std::chrono::seconds(60), &seconds), 128 + SIGINT);
+  std::string const log = read_text_file(p.log);
+  EXPECT_FALSE(contains(log, "checkpoint saved")) << log;
+  EXPECT_LT(seconds, 5.0);
+}
+
+// The save is killed while its step-N.tmp folder exists (before the rename): `latest` still names the previous,
+// complete checkpoint, a run resumes from it, and its first save removes the .tmp folder.
+TEST(FusepackTrainSignals, SigkillDuringASaveLeavesThePreviousCheckpointLoadable) {
+  std::vector<std::string> const args = with(golden_args(100000), {"--save-every", "1", "--save-dir"});
+  for (int attempt = 0; attempt < 20; ++attempt) {
+    std::string const save_dir = test_temp_path("saves_" + std::to_string(attempt), "");
+    std::vector<std::string> argv = args;
+    argv.push_back(save_dir);
+    Process const p = spawn_process(argv, {}, test_temp_path("run", ".log"));
+    ASSERT_TRUE(wait_for_step_lines(p.log, 2, std::chrono::seconds(120))) << read_text_file(p.log);
+    auto const until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (!has_tmp_folder(save_dir) && std::chrono::steady_clock::now() < until) {}
+    ::kill(p.pid, SIGKILL);
+    wait_process(p, std::chrono::seconds(10));
+    if (!has_tmp_folder(save_dir)) continue;  // the save finished before the kill: not the case under test
+    std::string const latest = read_text_file(save_dir + "/latest");
+    ASSERT_EQ(latest.rfind("step-", 0), 0u) << "`latest` is gone or damaged: '" << latest << "'";
+    argv.insert(argv.end(), {"--resume", "latest"});
+    Process const resumed = spawn_process(argv, {}, test_temp_path("resumed", ".log"));
+    ASSERT_TRUE(wait_for_step_lines(resumed.log, 1, std::chrono::seconds(120))) << read_text_file(resumed.log);
+    ::kill(resumed.pid, SIGINT);
+    EXPECT_EQ(wait_process(resumed, std::chrono::seconds(60)), 128 + SIGINT);
+    std::string const log = read_text_file(resumed.log);
+    EXPECT_TRUE(contains(log, "resumed from " + save_dir + "/" + latest.substr(0, 13))) << log;
+    EXPECT_FALSE(has_tmp_folder(save_dir)) << "the interrupted save's .tmp folder is still there";
+    return;
+  }
+  FAIL() << "in 20 attempts no SIGKILL landed during a save";
 }
 
 }  // namespace

@@ -2,13 +2,19 @@
 
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
 
 namespace fusepack::test {
 
@@ -24,6 +30,60 @@ BinaryResult run_binary(std::string const& binary, std::string const& display_na
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   std::printf("[   run    ] %s %s -> exit %d\n%s", display_name.c_str(), args.c_str(), r.exit_code, r.out.c_str());
   return r;
+}
+
+Process spawn_process(std::vector<std::string> const& argv, std::map<std::string, std::string> const& env,
+                      std::string const& log) {
+  Process p;
+  p.log = log;
+  p.pid = ::fork();
+  if (p.pid == 0) {
+    int const fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    for (auto const& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
+    std::vector<char*> args;
+    for (std::string const& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    ::execv(args[0], args.data());
+    std::perror("execv");
+    ::_exit(127);
+  }
+  return p;
+}
+
+int wait_process(Process const& p, std::chrono::seconds limit, double* seconds) {
+  auto const start = std::chrono::steady_clock::now();
+  int status = 0;
+  while (::waitpid(p.pid, &status, WNOHANG) != p.pid) {
+    if (std::chrono::steady_clock::now() - start > limit) {
+      ::kill(p.pid, SIGKILL);
+      ::waitpid(p.pid, &status, 0);
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (seconds != nullptr) *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+std::string read_text_file(std::string const& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+bool wait_for_step_lines(std::string const& log, int count, std::chrono::seconds limit) {
+  auto const start = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - start < limit) {
+    std::istringstream in(read_text_file(log));
+    int steps = 0;
+    for (std::string line; std::getline(in, line);) steps += line.rfind("step ", 0) == 0;
+    if (steps >= count) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
 }
 
 int free_tcp_port() {

@@ -2,7 +2,10 @@
 // and per-test temporary file names. No LibTorch here: the torch-free tests link it too.
 #pragma once
 
+#include <chrono>
+#include <map>
 #include <string>
+#include <vector>
 
 namespace fusepack::test {
 
@@ -14,6 +17,22 @@ struct BinaryResult {
 // Runs `binary args 2>&1` through the shell and prints "[   run    ] display_name args -> exit N" and the output, so
 // the test log shows what a user would see.
 BinaryResult run_binary(std::string const& binary, std::string const& display_name, std::string const& args);
+
+// A process started in the background, its stdout and stderr going to `log`.
+struct Process {
+  int pid = -1;
+  std::string log;
+};
+
+// Starts `argv` (argv[0]: the executable's path) with `env` added to this process's environment.
+Process spawn_process(std::vector<std::string> const& argv, std::map<std::string, std::string> const& env,
+                      std::string const& log);
+// Its exit code (128 + N when killed by signal N), or -1 when `limit` passed first (it is then killed). `seconds`,
+// when given, receives how long it took.
+int wait_process(Process const& p, std::chrono::seconds limit, double* seconds = nullptr);
+// Waits until `log` holds `count` lines starting with "step " (a training log's step lines), or `limit` passes.
+bool wait_for_step_lines(std::string const& log, int count, std::chrono::seconds limit);
+std::string read_text_file(std::string const& path);
 
 // A TCP port on the loopback interface that was free a moment ago (for a rendezvous store); 29500 if none is found.
 int free_tcp_port();

@@ -1,5 +1,7 @@
 #include "trainer/checkpoint/safetensors.h"
 
+#include "trainer/checkpoint/files.h"
+
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
@@ -26,50 +28,6 @@ namespace {
 
 using nlohmann::json;
 using nlohmann::ordered_json;
-
-// Files and folders through POSIX, not std::filesystem: libtorch.so (the 2.11 wheel) exports its own copies of the
-// std::filesystem functions, a binary linked with it binds to those, and their remove_all crashed on a non-empty folder.
-enum class PathKind { kMissing, kFile, kDirectory, kOther };
-
-PathKind path_kind(std::string const& path, std::int64_t* size = nullptr) {
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0) return PathKind::kMissing;
-  if (size != nullptr) *size = static_cast<std::int64_t>(st.st_size);
-  if (S_ISREG(st.st_mode)) return PathKind::kFile;
-  if (S_ISDIR(st.st_mode)) return PathKind::kDirectory;
-  return PathKind::kOther;
-}
-
-std::string join(std::string const& dir, std::string const& name) {
-  return dir.empty() ? name : dir.back() == '/' ? dir + name : dir + "/" + name;
-}
-
-std::string parent_dir(std::string const& path) {
-  std::size_t const slash = path.find_last_of('/');
-  if (slash == std::string::npos) return ".";
-  return slash == 0 ? "/" : path.substr(0, slash);
-}
-
-// mkdir -p; throws naming the component that could not be made.
-void make_dirs(std::string const& dir) {
-  for (std::size_t pos = 1; pos <= dir.size(); ++pos) {
-    if (pos != dir.size() && dir[pos] != '/') continue;
-    std::string const prefix = dir.substr(0, pos);
-    if (::mkdir(prefix.c_str(), 0777) != 0 && errno != EEXIST) {
-      throw std::runtime_error("checkpoint " + dir + ": cannot create " + prefix + ": " + std::strerror(errno));
-    }
-  }
-  if (path_kind(dir) != PathKind::kDirectory) throw std::runtime_error("checkpoint " + dir + ": not a folder");
-}
-
-std::vector<std::string> list_dir(std::string const& dir) {
-  std::vector<std::string> names;
-  DIR* d = ::opendir(dir.c_str());
-  if (d == nullptr) throw std::runtime_error("checkpoint " + dir + ": cannot list the folder: " + std::strerror(errno));
-  while (dirent const* e = ::readdir(d)) names.emplace_back(e->d_name);
-  ::closedir(d);
-  return names;
-}
 
 struct DtypeEntry {
   char const* name;
@@ -403,10 +361,14 @@ class TmpFile {
     out_.close();
     if (out_.fail()) fail(path_, "writing " + tmp_ + " failed (disk full?)");
   }
+  // Flushed to disk before the rename, so a crash leaves the old file or the whole new one.
   void commit() {
     close();
-    if (std::rename(tmp_.c_str(), path_.c_str()) != 0) {
-      fail(path_, "cannot rename " + tmp_ + " to it: " + std::strerror(errno));
+    try {
+      fsync_path(tmp_);
+      rename_durably(tmp_, path_);
+    } catch (std::exception const& e) {
+      fail(path_, e.what());
     }
     committed_ = true;
   }

@@ -134,6 +134,13 @@ void TrainConfig::validate() const {
   require(dtype != DType::kBFloat16 || cuda,
           "dtype bf16 (bf16 compute over fp32 master weights) needs device cuda; on the CPU use fp32 or fp64");
   require(threads >= 0, "threads must be >= 0 (0 = ATen's default); got " + std::to_string(threads));
+  require(save_every >= 0, "save_every must be >= 0 (0 = only at the end); got " + std::to_string(save_every));
+  require(save_every == 0 || !save_dir.empty(), "save_every is given but save_dir, where checkpoints go, is not");
+  require(keep_checkpoints >= 1, "keep_checkpoints must be >= 1; got " + std::to_string(keep_checkpoints));
+  require(resume != "latest" || !save_dir.empty(), "resume latest needs save_dir (the folder holding `latest`)");
+  require(resume.empty() || (golden_write.empty() && golden_check.empty()),
+          "a golden records (or is checked against) a whole run; a resumed run holds only the steps after its "
+          "checkpoint: give resume or golden_write/golden_check, not both");
   require(checkpoint_every >= 0, "checkpoint_every must be >= 0 (0 = no activation checkpointing); got " +
                                      std::to_string(checkpoint_every));
 

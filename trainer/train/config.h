@@ -95,6 +95,17 @@ struct TrainConfig {
   // twice the baseline's drift from the golden plus one rounding step of its dtype (golden::compare_with_baseline,
   // DESIGN.md section 5's rule) instead of fixed tolerances. Empty = fixed tolerances (golden_tolerance).
   std::string golden_baseline;
+  // Training checkpoints (training_checkpoint.h): into save_dir every save_every steps (0: only at the end) and when
+  // the run is interrupted (SIGINT, SIGTERM); the newest keep_checkpoints are kept. Empty save_dir: none.
+  std::string save_dir;
+  std::int64_t save_every = 0;
+  std::int64_t keep_checkpoints = 3;
+  // Continue from a training checkpoint: its folder, a save dir holding `latest`, or "latest" (save_dir's). The run
+  // must repeat the checkpoint's settings (any world size); it trains the steps after it, as if never stopped.
+  std::string resume;
+  // Write output_dir even when it already holds files (they may be replaced); without it a non-empty output_dir is
+  // refused before the first step, so no file fusepack did not write is ever deleted or overwritten.
+  bool overwrite_output = false;
   std::int64_t profile_step = -1;  // profile optimizer step N (0-based, < steps); -1 = no profiling
 
   // Every rule above, checked at once: throws std::invalid_argument listing each broken one

@@ -1,7 +1,8 @@
 // fusepack-train: fine-tunes a Qwen3.5 model (a preset, or config.json + safetensors) on a JSONL or synthetic dataset,
 // packed or padded, and optionally writes the run as a golden file or checks it against one step by step. Launched
 // by torchrun (or with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set), each process is one rank of a sharded run.
-// Exit code 0 on success, 1 when --golden-check fails, 2 on any error (message on stderr).
+// Exit code 0 on success, 1 when --golden-check fails, 2 on any error (message on stderr), 128 + N when signal N
+// stopped the run between two steps (after saving a training checkpoint when --save-dir is given).
 #include "trainer/parallel/collectives.h"
 #include "trainer/parallel/dist_env.h"
 #include "trainer/train/config.h"
@@ -12,7 +13,9 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -23,6 +26,18 @@
 namespace {
 
 using namespace fusepack;
+
+// The first SIGINT/SIGTERM asks the run to stop at the next step boundary (saving a checkpoint when --save-dir is
+// given); a second one ends the process at once.
+std::atomic<int> g_stop_signal{0};
+
+extern "C" void on_stop_signal(int signal) {
+  if (g_stop_signal.exchange(signal) != 0) std::_Exit(128 + signal);
+  static char const message[] =
+      "\nfusepack-train: stopping after the current step (again to stop at once)\n";
+  ssize_t const ignored = ::write(STDERR_FILENO, message, sizeof message - 1);
+  (void)ignored;
+}
 using train::TrainConfig;
 
 struct Args {
@@ -103,7 +118,20 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--threads", c.threads, "ATen CPU threads (0: ATen's default; 1: reproducible to the bit)")
       ->capture_default_str();
-  app.add_option("--output", c.output_dir, "write the fine-tuned weights here (config.json + model.safetensors)");
+  app.add_option("--output", c.output_dir,
+                 "write the fine-tuned weights here (config.json + model.safetensors); the folder must be new or "
+                 "empty unless --overwrite");
+  app.add_flag("--overwrite", c.overwrite_output, "let --output replace the files of a folder that holds some");
+  app.add_option("--save-dir", c.save_dir,
+                 "training checkpoints (weights, optimizer state, data position) go here, in step-N folders, with "
+                 "`latest` naming the newest; saved at the end, every --save-every steps and on SIGINT/SIGTERM");
+  app.add_option("--save-every", c.save_every, "save a training checkpoint every N steps (0: only at the end)")
+      ->capture_default_str();
+  app.add_option("--keep-checkpoints", c.keep_checkpoints, "how many of the newest training checkpoints to keep")
+      ->capture_default_str();
+  app.add_option("--resume", c.resume,
+                 "continue from a training checkpoint: its folder, a save dir, or `latest` (--save-dir's); the run "
+                 "must repeat its settings (any number of ranks)");
   app.add_option("--golden-write", c.golden_write, "write the run as a golden loss file");
   app.add_option("--golden-check", c.golden_check, "compare the run with a golden loss file step by step (exit 1 on "
                                                    "failure)");
@@ -190,8 +218,12 @@ int main(int argc, char** argv) {
       comm = parallel::init_collectives(env, device, copts);
       options.comm = comm;
     }
+    std::signal(SIGINT, on_stop_signal);
+    std::signal(SIGTERM, on_stop_signal);
+    options.stop_requested = [] { return g_stop_signal.load(); };
     train::RunResult const result = train::run_training(c, options);
     if (comm) comm->shutdown();
+    if (result.interrupted_by != 0) return 128 + result.interrupted_by;  // the shell's code for a signalled process
     return result.passed() ? 0 : 1;
   } catch (c10::Error const& e) {
     return fail(e.what_without_backtrace());

@@ -91,6 +91,7 @@ RunSummary summarize(std::vector<StepMetrics> const& steps, double wall_seconds)
   s.wall_seconds = wall_seconds;
   s.first_loss = steps.front().loss;
   s.final_loss = steps.back().loss;
+  s.first_step = steps.front().step;
   return s;
 }
 
@@ -102,8 +103,8 @@ std::string summary_text(RunSummary const& s) {
          " tokens/s (train time " + printf_string("%.2f", s.train_seconds) + " s, wall time " +
          printf_string("%.2f", s.wall_seconds) + " s)\n";
   out += "padding: " + percent(s.padding_share()) + " of " + grouped(s.slots) + " computed positions\n";
-  out += "loss: " + printf_string("%.6f", s.first_loss) + " (step 0) -> " + printf_string("%.6f", s.final_loss) +
-         " (step " + std::to_string(s.steps - 1) + ", final)\n";
+  out += "loss: " + printf_string("%.6f", s.first_loss) + " (step " + std::to_string(s.first_step) + ") -> " +
+         printf_string("%.6f", s.final_loss) + " (step " + std::to_string(s.first_step + s.steps - 1) + ", final)\n";
   return out;
 }
 

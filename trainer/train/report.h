@@ -44,7 +44,8 @@ struct RunSummary {
   std::int64_t examples = 0;  // Σ examples (an example seen in two epochs counts twice)
   double train_seconds = 0;   // Σ step times
   double wall_seconds = 0;    // the whole run: model and data setup, steps, outputs
-  double first_loss = 0;      // step 0's loss
+  double first_loss = 0;      // the first step's loss
+  std::int64_t first_step = 0;  // its number (after a resume: the first step after the checkpoint)
   double final_loss = 0;      // the last step's loss
 
   double padding_share() const;      // (slots - tokens) / slots

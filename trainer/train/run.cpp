@@ -12,8 +12,10 @@
 #include "trainer/parallel/collectives.h"
 #include "trainer/parallel/fully_shard.h"
 #include "trainer/parallel/sharded_checkpoint.h"
+#include "trainer/checkpoint/files.h"
 #include "trainer/train/profile.h"
 #include "trainer/train/trainer.h"
+#include "trainer/train/training_checkpoint.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -86,6 +88,34 @@ void check_device(TrainConfig const& c) {
   }
 }
 
+// Every output path before the first step, so a run never trains for hours and then cannot write. `writer`: this
+// process writes the weights and golden files (rank 0); every rank writes its part of a training checkpoint.
+void check_outputs(TrainConfig const& c, bool writer) {
+  using checkpoint::PathKind;
+  if (writer && !c.output_dir.empty()) {
+    PathKind const kind = checkpoint::path_kind(c.output_dir);
+    if (kind != PathKind::kMissing && kind != PathKind::kDirectory) {
+      throw std::invalid_argument("output " + c.output_dir + ": exists and is not a folder");
+    }
+    std::vector<std::string> const held = kind == PathKind::kDirectory ? checkpoint::list_dir(c.output_dir)
+                                                                        : std::vector<std::string>{};
+    if (!held.empty() && !c.overwrite_output) {
+      std::string names;
+      for (std::size_t i = 0; i < held.size() && i < 4; ++i) names += (i ? ", " : "") + held[i];
+      if (held.size() > 4) names += ", and " + std::to_string(held.size() - 4) + " more";
+      throw std::invalid_argument("output " + c.output_dir + ": the folder already holds files (" + names +
+                                  "); fusepack writes config.json and model*.safetensors there and would replace "
+                                  "them: give an empty or new folder, or --overwrite to replace them");
+    }
+    checkpoint::check_writable_dir(c.output_dir, "output");
+  }
+  if (!c.save_dir.empty()) checkpoint::check_writable_dir(c.save_dir, "save dir");
+  if (writer && !c.golden_write.empty()) {
+    checkpoint::check_writable_dir(checkpoint::parent_dir(c.golden_write),
+                                   "golden file " + c.golden_write + ": folder");
+  }
+}
+
 // ---- Data
 
 struct Data {
@@ -149,6 +179,23 @@ class MicroBatchStream {
     return plans_[next_++];
   }
   std::uint64_t epochs_started() const { return epoch_; }
+  std::int64_t next_in_epoch() const { return static_cast<std::int64_t>(next_); }
+  // Back to where a checkpoint left it: the plan of epoch `epochs_started` - 1, at entry `next`.
+  void restore(std::uint64_t epochs_started, std::int64_t next) {
+    plans_.clear();
+    next_ = 0;
+    epoch_ = 0;
+    if (epochs_started == 0) return;
+    epoch_ = epochs_started - 1;
+    packing::EpochPlan plan = packing::plan_epoch(lengths_, options_, mode_, epoch_++);
+    plans_ = batching_ == Batching::kPacked ? std::move(plan.packed) : std::move(plan.padded);
+    if (next < 0 || next > static_cast<std::int64_t>(plans_.size())) {
+      throw std::invalid_argument("resume: the checkpoint's data cursor (entry " + std::to_string(next) + " of epoch " +
+                                  std::to_string(epoch_ - 1) + ") is outside that epoch's " +
+                                  std::to_string(plans_.size()) + " micro-batches");
+    }
+    next_ = static_cast<std::size_t>(next);
+  }
 
  private:
   std::vector<std::int64_t> lengths_;
@@ -214,13 +261,13 @@ golden::Provenance make_provenance(TrainConfig const& c, model::Qwen35Config con
 
 // What every rank of a sharded run must agree on, as one JSON object: the settings that shape the model, the data,
 // the batches and the update (not where outputs go, which only rank 0 writes).
-Json run_fingerprint(TrainConfig const& c, model::Qwen35Config const& model_config, Data const& data) {
+Json run_fingerprint(TrainConfig const& c, model::Qwen35Config const& model_config, Data const& data, int world_size) {
   Json f;
   f["model"] = Json::parse(model_config.to_json());
   f["weights"] = c.weights;
   f["data"] = data.description;
   f["data_hash"] = std::to_string(data.content_hash);
-  f["batching"] = batching_description(c, 1);
+  f["batching"] = batching_description(c, world_size);  // the step's micro-batches over all ranks
   f["seed"] = c.seed;
   f["backend"] = ops::backend_name(c.backend);
   f["dtype"] = dtype_name(c.dtype);
@@ -405,10 +452,7 @@ void write_weights(std::string const& dir, model::Qwen35Config const& config,
   checkpoint::TensorMap tensors;
   for (auto const& [name, p] : parameters) tensors.emplace(name, p.detach());
   checkpoint::write_checkpoint(dir, tensors);
-  std::string const path = (std::filesystem::path(dir) / "config.json").string();
-  std::ofstream out(path);
-  out << config.to_json() << '\n';
-  if (!out) throw std::runtime_error("write_weights: cannot write '" + path + "'");
+  checkpoint::write_file_atomically(checkpoint::join(dir, "config.json"), config.to_json() + "\n");
 }
 
 namespace {
@@ -490,7 +534,9 @@ RunResult run_training(TrainConfig const& config, RunOptions const& options) {
   result.world_size = world;
   result.model_config = load_model_config(config);
   Data const data = load_data(config.data, result.model_config.vocab_size);
-  if (comm) check_same_settings(*comm, run_fingerprint(config, result.model_config, data));
+  std::string const fingerprint = run_fingerprint(config, result.model_config, data, world).dump();
+  if (comm) check_same_settings(*comm, Json::parse(fingerprint));
+  check_outputs(config, writer);
 
   model::ModelOptions mopts = model_options(config);
   if (comm) mopts.device = c10::kMeta;  // the forward reads the sharded weights; the model holds names and shapes
@@ -550,11 +596,56 @@ RunResult run_training(TrainConfig const& config, RunOptions const& options) {
               : std::make_unique<Trainer>(model, topts);
   optim::AllReduceSum const sum_counts = all_reduce_sum(comm, "all-reduce of the step's token counts");
 
+  // This rank's trainable tensors with their rows, as a training checkpoint stores them.
+  std::vector<ParameterRows> rows;
+  for (optim::NamedParameter const& p : trainer->optimizer().parameters()) {
+    parallel::ShardLayout const l =
+        sharded ? sharded->layout(p.name) : parallel::ShardLayout::of(p.param.sizes().vec(), 0, 1);
+    rows.push_back({p.name, p.param, l.begin, l.rows});
+  }
+  std::int64_t first_step = 0;
+  if (!config.resume.empty()) {
+    std::string const from = config.resume == "latest" ? config.save_dir : config.resume;
+    TrainingProgress const progress = load_training_checkpoint(from, rows, trainer->optimizer(), fingerprint);
+    trainer->resume_after(progress.steps_taken);
+    stream.restore(progress.epochs_started, progress.next_micro_batch);
+    first_step = progress.steps_taken;
+    log.line("resumed from " + resolve_checkpoint(from) + " after step " + std::to_string(first_step - 1) +
+             " (" + std::to_string(first_step) + " steps taken)");
+  }
+  SaveOptions save;
+  save.dir = config.save_dir;
+  save.keep = config.keep_checkpoints;
+  std::int64_t saved_after = first_step;  // steps taken at the last save (or the resume point)
+  auto save_now = [&](std::int64_t steps_taken) {
+    TrainingProgress const progress{steps_taken, stream.epochs_started(), stream.next_in_epoch()};
+    std::string const dir = save_training_checkpoint(save, progress, rows, trainer->optimizer(), fingerprint,
+                                                     comm.get());
+    saved_after = steps_taken;
+    result.last_checkpoint = dir;
+    log.line("checkpoint saved: " + dir);
+  };
+
   result.setup_seconds = seconds_since(start);
   std::ostringstream ready;
   ready << "ready in " << std::fixed << std::setprecision(1) << result.setup_seconds << " s";
   log.line(ready.str());
-  for (std::int64_t s = 0; s < config.steps; ++s) {
+  for (std::int64_t s = first_step; s < config.steps; ++s) {
+    // A stop request (SIGINT, SIGTERM) is honoured between steps, by every rank at the same step.
+    int stop = options.stop_requested ? options.stop_requested() : 0;
+    if (comm) {
+      at::Tensor flag = at::full({1}, static_cast<std::int64_t>(stop), at::kLong);
+      sum_counts(flag);
+      stop = flag.item<std::int64_t>() > 0 ? (stop > 0 ? stop : 15) : 0;
+    }
+    if (stop > 0) {
+      result.interrupted_by = stop;
+      if (!config.save_dir.empty() && saved_after != s) save_now(s);
+      log.line("interrupted before step " + std::to_string(s) +
+               (config.save_dir.empty() ? std::string(" (no save dir: nothing saved)")
+                                        : "; resume with --resume " + result.last_checkpoint));
+      break;
+    }
     if (comm) comm->set_step(s);
     std::optional<StepProfiler> profiler;
     if (s == config.profile_step) {
@@ -606,11 +697,15 @@ RunResult run_training(TrainConfig const& config, RunOptions const& options) {
                                  " op calls did not run the requested backend " + ops::backend_name(config.backend));
       }
     }
-    double const per_step = seconds_since(start) / static_cast<double>(s + 1);
+    if (config.save_every > 0 && (s + 1) % config.save_every == 0) save_now(s + 1);
+    double const per_step = seconds_since(start) / static_cast<double>(s + 1 - first_step);
     log.bar(progress_bar(s + 1, config.steps, m.tokens_per_second(),
                          per_step * static_cast<double>(config.steps - s - 1)));
   }
   log.clear_bar();
+  if (!config.save_dir.empty() && result.interrupted_by == 0 && saved_after != trainer->steps_taken()) {
+    save_now(trainer->steps_taken());
+  }
   if (device.is_cuda()) {
     c10::DeviceIndex const index =
         device.has_index() ? device.index() : c10::impl::VirtualGuardImpl(device.type()).getDevice().index();
@@ -624,7 +719,7 @@ RunResult run_training(TrainConfig const& config, RunOptions const& options) {
     log.line(peak.str());
   }
 
-  if (!config.output_dir.empty()) {
+  if (!config.output_dir.empty() && result.interrupted_by == 0) {
     if (sharded) {
       parallel::save_sharded_checkpoint(*sharded, *comm, config.output_dir, result.model_config);
     } else {
@@ -638,11 +733,11 @@ RunResult run_training(TrainConfig const& config, RunOptions const& options) {
   result.golden.provenance = make_provenance(config, result.model_config, data, options.command, world,
                                              device_text.str());
   result.golden.steps = result.records();
-  if (!config.golden_write.empty() && writer) {
+  if (!config.golden_write.empty() && writer && result.interrupted_by == 0) {
     golden::write_golden(config.golden_write, result.golden);
     log.line("golden written: " + config.golden_write);
   }
-  if (reference) {
+  if (reference && result.interrupted_by == 0) {
     for (std::string const& note : provenance_differences(reference->provenance, result.golden.provenance)) {
       log.line("note: " + note);
     }
@@ -658,8 +753,10 @@ RunResult run_training(TrainConfig const& config, RunOptions const& options) {
              ":");
     log.text(result.comparison->table());
   }
-  result.summary = summarize(result.steps, seconds_since(start));
-  log.text(summary_text(result.summary));
+  if (!result.steps.empty()) {
+    result.summary = summarize(result.steps, seconds_since(start));
+    log.text(summary_text(result.summary));
+  }
   return result;
 }
 

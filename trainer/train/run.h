@@ -47,6 +47,9 @@ struct RunOptions {
   // same config; only the log of the rank given one is written, and golden files and weights are written by rank 0.
   // Unset: one process trains the whole model on config.device.
   std::shared_ptr<parallel::Collectives> comm;
+  // Polled between steps: non-zero (a signal number) stops the run there, after saving a training checkpoint when
+  // config.save_dir is set (fusepack-train: SIGINT and SIGTERM). Every rank stops at the same step.
+  std::function<int()> stop_requested;
 };
 
 struct RunResult {
@@ -55,6 +58,8 @@ struct RunResult {
   int world_size = 1;
   double setup_seconds = 0;  // from the start of run_training to the first step (model, weights and data ready)
   std::int64_t peak_device_bytes = -1;  // on a GPU: the caching allocator's peak of allocated bytes; -1 on the CPU
+  int interrupted_by = 0;       // the stop request (signal number) that ended the run early; 0 when it ran through
+  std::string last_checkpoint;  // the training checkpoint saved last, if any
   std::vector<StepMetrics> steps;
   RunSummary summary;
   golden::GoldenFile golden;                     // the run in the golden format, with its provenance

@@ -43,6 +43,14 @@ Trainer::Trainer(model::Qwen35ForCausalLM const& model, model::WeightSource& wei
   check_options();
 }
 
+void Trainer::resume_after(std::int64_t steps_taken) {
+  if (steps_taken < 0 || steps_taken > options_.schedule.total_steps) {
+    throw std::out_of_range("Trainer::resume_after: " + std::to_string(steps_taken) + " steps taken, but the schedule "
+                            "has " + std::to_string(options_.schedule.total_steps));
+  }
+  steps_taken_ = steps_taken;
+}
+
 void Trainer::check_options() const {
   options_.schedule.validate();
   if (!(std::isfinite(options_.clip_norm) && options_.clip_norm >= 0)) {

@@ -52,6 +52,10 @@ class Trainer {
   std::int64_t steps_taken() const { return steps_taken_; }
   TrainerOptions const& options() const { return options_; }
   optim::AdamW const& optimizer() const { return adamw_; }
+  optim::AdamW& optimizer() { return adamw_; }
+  // Continues a run after `steps_taken` steps (a training checkpoint restored the weights and the optimizer state).
+  // Throws std::out_of_range when the schedule has no step left after them.
+  void resume_after(std::int64_t steps_taken);
 
  private:
   void check_options() const;
