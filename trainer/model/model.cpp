@@ -214,7 +214,7 @@ ForwardOutput Qwen35ForCausalLM::forward(ModelBatch const& batch, WeightSource& 
     auto decoder_layer = [this, i, &weights, owner, gdn_seq, attn_seq, eps, backend](at::Tensor const& x,
                                                                                    bool recomputing) {
       WeightGroup const group = WeightGroup::decoder_layer(i);
-      LayerWeights const layer = layer_weights(weights.acquire(group), i);
+      LayerWeights const layer = layer_weights(weights.acquire(group, recomputing), i);
       at::Tensor const h_TH = ops::rmsnorm(x, layer.input_layernorm, eps, backend);
       at::Tensor y_TH = x + (layer.type == LayerType::kLinearAttention
                                  ? gated_deltanet(h_TH, layer.linear_attn, config_, gdn_seq, backend)

@@ -68,7 +68,7 @@ LocalWeights::LocalWeights(Qwen35Config const& config, NamedParameters const& pa
   if (!params.empty()) device_ = params.front().second.device();
 }
 
-GroupWeights LocalWeights::acquire(WeightGroup const& group) {
+GroupWeights LocalWeights::acquire(WeightGroup const& group, bool /*recomputing*/) {
   GroupWeights out;
   for (std::string const& name : group_parameter_names(config_, group)) {
     at::Tensor const& p = params_.at(name);

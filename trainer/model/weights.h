@@ -66,8 +66,9 @@ class WeightSource {
   virtual ~WeightSource() = default;
 
   // The weights of `group`, every name of group_parameter_names, in the policy's compute dtype. Called in forward
-  // order; a source that gathers may block until they are there.
-  virtual GroupWeights acquire(WeightGroup const& group) = 0;
+  // order (`recomputing`: by activation checkpointing in the backward, where the order is the backward's); a source
+  // that gathers may block until they are there.
+  virtual GroupWeights acquire(WeightGroup const& group, bool recomputing = false) = 0;
   // The forward's last use of `group` is over. `output` is the tensor that carries the group's result (the residual
   // stream after a layer): the group's backward runs after `output`'s gradient is complete, so a source that frees
   // gathered weights after the forward gathers them again from there. An undefined `output` says the group's backward
@@ -91,7 +92,7 @@ class LocalWeights final : public WeightSource {
   // `params` must hold every name of parameter_specs(config); the tensors are shared, not copied.
   LocalWeights(Qwen35Config const& config, NamedParameters const& params, MixedPrecisionPolicy policy);
 
-  GroupWeights acquire(WeightGroup const& group) override;
+  GroupWeights acquire(WeightGroup const& group, bool recomputing = false) override;
   c10::Device device() const override { return device_; }
 
  private:

@@ -447,7 +447,7 @@ at::Tensor FullyShardedWeights::gather_parameter(std::string const& name) {
   return out.narrow(0, 0, model::numel(p.shape)).view(p.shape);
 }
 
-model::GroupWeights FullyShardedWeights::acquire(model::WeightGroup const& group) {
+model::GroupWeights FullyShardedWeights::acquire(model::WeightGroup const& group, bool recomputing) {
   Impl& m = *impl_;
   std::size_t const ui = m.unit_index(group);
   Unit& u = m.units[ui];
@@ -464,8 +464,9 @@ model::GroupWeights FullyShardedWeights::acquire(model::WeightGroup const& group
       auto node = std::shared_ptr<GatherBackward>(new GatherBackward(&m, ui, u.live), torch::autograd::deleteNode);
       for (at::Tensor& t : u.live->params) torch::autograd::create_gradient_edge(t, node);
     }
-    // Start the next unit's all-gather now, so it overlaps this unit's compute (CUDA).
-    if (m.cuda && ui + 1 < m.units.size() && !m.units[ui + 1].live && !m.units[ui + 1].prefetched) {
+    // Start the next unit's all-gather now, so it overlaps this unit's compute (CUDA). Not in a recomputation: the
+    // backward goes the other way, and its next unit was gathered long ago.
+    if (m.cuda && !recomputing && ui + 1 < m.units.size() && !m.units[ui + 1].live && !m.units[ui + 1].prefetched) {
       Unit& next = m.units[ui + 1];
       next.prefetched = m.new_gathered(next);
       m.gather_into(next, *next.prefetched);
@@ -502,7 +503,15 @@ void FullyShardedWeights::release(model::WeightGroup const& group, at::Tensor co
 
 void FullyShardedWeights::finish_backward() {
   impl_->finish_pending();
-  for (Unit& u : impl_->units) u.awaiting_backward.reset();
+  for (Unit& u : impl_->units) {
+    u.awaiting_backward.reset();
+    // A gather started for a forward that did not reach its unit (it threw) holds weights the optimizer is about to
+    // change: never used.
+    if (u.prefetched) {
+      impl_->wait_ready(*u.prefetched);
+      u.prefetched.reset();
+    }
+  }
 }
 
 c10::Device FullyShardedWeights::device() const { return impl_->device; }

@@ -68,7 +68,7 @@ class FullyShardedWeights final : public model::WeightSource {
   // same order.
   at::Tensor gather_parameter(std::string const& name);
 
-  model::GroupWeights acquire(model::WeightGroup const& group) override;
+  model::GroupWeights acquire(model::WeightGroup const& group, bool recomputing = false) override;
   void release(model::WeightGroup const& group, at::Tensor const& output, bool recomputing = false) override;
   void finish_backward() override;
   c10::Device device() const override;
