@@ -58,7 +58,7 @@ struct Comparison {
 // a NaN loss is a failing check, not an exception. Throws std::invalid_argument for a bad policy.
 Comparison compare(GoldenFile const& golden, std::vector<StepRecord> const& run, TolerancePolicy const& policy);
 
-// DESIGN.md section 5's rule lifted to a training curve, for runs in a low-precision dtype against a golden of higher
+// The low-precision rule of golden/FORMAT.md, for runs in a low-precision dtype against a golden of higher
 // precision: step k's loss and grad_norm pass when
 //   |run − golden| <= 2·|baseline − golden| + floor_rel·|golden|,
 // where `baseline` is the golden's own run (same model, data, seed, padded composite) repeated in the run's dtype,

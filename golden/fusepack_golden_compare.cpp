@@ -47,7 +47,7 @@ int main(int argc, char** argv) {
   auto* baseline_opt =
       app.add_option("--baseline", baseline_path,
                      "instead of fixed tolerances: the golden's own run repeated in the run's (low-precision) dtype; "
-                     "allowed = 2*|baseline - golden| + floor-rel*|golden| per step (DESIGN.md section 5)");
+                     "allowed = 2*|baseline - golden| + floor-rel*|golden| per step (golden/FORMAT.md)");
   app.add_option("--floor-rel", floor_rel, "with --baseline: one rounding step of the run's dtype (bf16: 0.00390625)")
       ->needs(baseline_opt);
   for (char const* field : {"loss", "grad-norm", "lr"}) {

@@ -1,4 +1,4 @@
-// Golden loss files (DESIGN.md section 7): one reference run's provenance and its per-step records, as JSON. The
+// Golden loss files: one reference run's provenance and its per-step records, as JSON. The
 // format is specified in golden/FORMAT.md (so that a Python generator, e.g. the transformers one in golden/hf/, can
 // write it too); this is its writer and its reader, which names the file and the field of every error.
 // Plain C++ (nlohmann-json stays inside the .cpp).

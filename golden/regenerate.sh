@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerates the padded-batch golden loss files (DESIGN.md section 7): the padded composite baseline, fp64 on the
+# Regenerates the padded-batch golden loss files (golden/FORMAT.md): the padded composite baseline, fp64 on the
 # CPU, one thread (every reduction in one order: a file comes out the same on any machine), for each model of
 # golden/settings.sh with its fixed synthetic data, into golden/<preset>-padded.json. The only way these files are
 # made; never edit them by hand. Needs fusepack-train built:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-# The Hugging Face golden (DESIGN.md section 7): a tiny random Qwen3_5ForCausalLM computed by transformers itself, in
+# The Hugging Face golden (golden/FORMAT.md, "What goldens are for"): a tiny random Qwen3_5ForCausalLM computed by transformers itself, in
 # float64 on the CPU with transformers' torch fallbacks, written as config.json + model.safetensors + golden.json.
 # Regenerate with the command in golden/hf/README.md; never edit the outputs by hand.
 import argparse
@@ -241,7 +241,7 @@ def forward_record(model, examples, mode):
 
 def train_record(model, examples, mode):
     """TRAIN["steps"] AdamW steps on the same data; each step runs MICRO_BATCHES (padded each) and normalises the
-    sum of token cross-entropies by the step's target-token count (DESIGN section 3) via HF's num_items_in_batch."""
+    sum of token cross-entropies by the step's target-token count (golden/FORMAT.md, "The loss of a step") via HF's num_items_in_batch."""
     opt = torch.optim.AdamW(model.parameters(), lr=TRAIN["lr"], betas=tuple(TRAIN["betas"]), eps=TRAIN["eps"],
                             weight_decay=TRAIN["weight_decay"], amsgrad=False, foreach=False, fused=False)
     n_step = sum(targets(l) for _, l in examples)
