@@ -371,7 +371,7 @@ void expect_nearest(at::ScalarType dtype, double want, std::int64_t got_bits, st
   auto value = [&](std::int64_t b) -> double {
     auto const b16 = static_cast<std::uint16_t>(b);
     switch (dtype) {
-      case at::kFloat: return init_math::float_of(static_cast<std::uint32_t>(b));
+      case at::kFloat: return init_math::bit_cast<float>(static_cast<std::uint32_t>(b));
       case at::kBFloat16: return static_cast<float>(c10::BFloat16(b16, c10::BFloat16::from_bits()));
       default: return static_cast<float>(c10::Half(b16, c10::Half::from_bits()));
     }

@@ -93,26 +93,16 @@ FUSEPACK_INIT_HD inline double sqrt_rn(double a) {
   return std::sqrt(a);
 #endif
 }
-FUSEPACK_INIT_HD inline std::uint64_t bits_of(double x) {
-  std::uint64_t b;
-  std::memcpy(&b, &x, sizeof b);
-  return b;
+// The bits of a value as another type of the same size (std::bit_cast, which C++17 lacks).
+template <typename To, typename From>
+FUSEPACK_INIT_HD inline To bit_cast(From x) {
+  static_assert(sizeof(To) == sizeof(From), "bit_cast between types of different sizes");
+  To y;
+  std::memcpy(&y, &x, sizeof y);
+  return y;
 }
-FUSEPACK_INIT_HD inline double double_of(std::uint64_t b) {
-  double x;
-  std::memcpy(&x, &b, sizeof x);
-  return x;
-}
-FUSEPACK_INIT_HD inline std::uint32_t bits_of(float x) {
-  std::uint32_t b;
-  std::memcpy(&b, &x, sizeof b);
-  return b;
-}
-FUSEPACK_INIT_HD inline float float_of(std::uint32_t b) {
-  float x;
-  std::memcpy(&x, &b, sizeof x);
-  return x;
-}
+FUSEPACK_INIT_HD inline std::uint64_t bits_of(double x) { return bit_cast<std::uint64_t>(x); }
+FUSEPACK_INIT_HD inline std::uint32_t bits_of(float x) { return bit_cast<std::uint32_t>(x); }
 
 // ---- log and cos from those primitives ----------------------------------------------------------------------------
 
@@ -136,7 +126,7 @@ FUSEPACK_INIT_HD inline double log_atanh_series(double x) {
                                   0.043478260869565216};  // 1/(2k+1), correctly rounded
   std::uint64_t const b = bits_of(x);
   int e = static_cast<int>((b >> 52) & 0x7FF) - 1023;
-  double f = double_of((b & 0x000FFFFFFFFFFFFFull) | 0x3FF0000000000000ull);  // [1, 2)
+  double f = bit_cast<double>((b & 0x000FFFFFFFFFFFFFull) | 0x3FF0000000000000ull);  // [1, 2)
   if (f > kSqrt2) {
     f = mul_rn(f, 0.5);
     ++e;
@@ -235,7 +225,7 @@ FUSEPACK_INIT_HD inline float round_to_odd_float(double v) {
   if (back == v) return f;
   std::uint32_t b = bits_of(f);
   if (v < 0 ? back < v : back > v) --b;  // rounded away from zero: one step back toward it (finite values only)
-  return float_of(b | 1u);
+  return bit_cast<float>(b | 1u);
 }
 
 FUSEPACK_INIT_HD inline std::uint16_t round_to_bf16_bits(double v) {

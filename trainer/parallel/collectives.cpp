@@ -238,6 +238,15 @@ void Collectives::shutdown() {
   backend_->shutdown();
 }
 
+void require_all_ranks(Collectives* comm, std::string const& error, std::string const& what) {
+  std::vector<std::string> const all = comm ? comm->exchange(error, what) : std::vector<std::string>{error};
+  std::string message;
+  for (std::size_t r = 0; r < all.size(); ++r) {
+    if (!all[r].empty()) message += (message.empty() ? "" : "; ") + ("rank " + std::to_string(r) + ": " + all[r]);
+  }
+  if (!message.empty()) throw std::runtime_error(what + " failed: " + message);
+}
+
 // ---- Construction
 
 namespace {

@@ -102,6 +102,11 @@ class Collectives {
   std::thread heartbeat_;
 };
 
+// `error` is this rank's outcome of a piece of work every rank does (empty: it went well). Exchanged; when any rank
+// failed, every rank throws the same std::runtime_error "<what> failed: rank r: <error>; ...", so none goes on alone
+// into a collective the others have left. Null `comm`: one process (throws when `error` is not empty).
+void require_all_ranks(Collectives* comm, std::string const& error, std::string const& what);
+
 // The process group of a launched run (env.launched): the rendezvous store (a client of torchrun's agent store when
 // torchrun hosts one, else a TCPStore served by rank 0 at MASTER_ADDR:MASTER_PORT), then NCCL when `device` is CUDA
 // (the process takes cuda:LOCAL_RANK) or Gloo when it is the CPU (interface from GLOO_SOCKET_IFNAME, else the loopback

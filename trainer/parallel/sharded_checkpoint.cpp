@@ -97,8 +97,7 @@ void save_sharded_checkpoint(FullyShardedWeights& weights, Collectives& comm, st
       failure = e.what();
     }
   }
-  std::string const verdict = comm.exchange(writer_rank ? failure : std::string(), "exchange of the save's result")[0];
-  if (!verdict.empty()) throw std::runtime_error("writing the checkpoint " + dir + " failed on rank 0: " + verdict);
+  require_all_ranks(&comm, failure, "writing the checkpoint " + dir);
 }
 
 }  // namespace fusepack::parallel

@@ -13,6 +13,7 @@
 #include "trainer/parallel/fully_shard.h"
 #include "trainer/parallel/sharded_checkpoint.h"
 #include "trainer/checkpoint/files.h"
+#include "trainer/train/fingerprint.h"
 #include "trainer/train/profile.h"
 #include "trainer/train/trainer.h"
 #include "trainer/train/training_checkpoint.h"
@@ -25,6 +26,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -171,11 +173,7 @@ class MicroBatchStream {
       : lengths_(std::move(lengths)), options_(options), mode_(mode), batching_(batching) {}
 
   packing::BatchPlan const& next() {
-    while (next_ >= plans_.size()) {
-      packing::EpochPlan plan = packing::plan_epoch(lengths_, options_, mode_, epoch_++);
-      plans_ = batching_ == Batching::kPacked ? std::move(plan.packed) : std::move(plan.padded);
-      next_ = 0;
-    }
+    while (next_ >= plans_.size()) start_epoch(epoch_);
     return plans_[next_++];
   }
   std::uint64_t epochs_started() const { return epoch_; }
@@ -186,9 +184,7 @@ class MicroBatchStream {
     next_ = 0;
     epoch_ = 0;
     if (epochs_started == 0) return;
-    epoch_ = epochs_started - 1;
-    packing::EpochPlan plan = packing::plan_epoch(lengths_, options_, mode_, epoch_++);
-    plans_ = batching_ == Batching::kPacked ? std::move(plan.packed) : std::move(plan.padded);
+    start_epoch(epochs_started - 1);
     if (next < 0 || next > static_cast<std::int64_t>(plans_.size())) {
       throw std::invalid_argument("resume: the checkpoint's data cursor (entry " + std::to_string(next) + " of epoch " +
                                   std::to_string(epoch_ - 1) + ") is outside that epoch's " +
@@ -198,6 +194,14 @@ class MicroBatchStream {
   }
 
  private:
+  // Draws epoch `epoch`'s plan (a function of the seed and the epoch) and starts at its first micro-batch.
+  void start_epoch(std::uint64_t epoch) {
+    packing::EpochPlan plan = packing::plan_epoch(lengths_, options_, mode_, epoch);
+    plans_ = batching_ == Batching::kPacked ? std::move(plan.packed) : std::move(plan.padded);
+    next_ = 0;
+    epoch_ = epoch + 1;
+  }
+
   std::vector<std::int64_t> lengths_;
   packing::PackerOptions options_;
   packing::PlanMode mode_;
@@ -281,24 +285,16 @@ Json run_fingerprint(TrainConfig const& c, model::Qwen35Config const& model_conf
 
 // Every rank's fingerprint against rank 0's; throws the same message on every rank when any differ, so they all
 // stop before the first collective of the run instead of training different things (or hanging).
-void check_same_settings(parallel::Collectives& comm, Json const& mine) {
-  std::vector<std::string> const all = comm.exchange(mine.dump(), "exchange of the run's settings");
-  Json const reference = Json::parse(all[0]);
+void check_same_settings(parallel::Collectives& comm, std::string const& fingerprint) {
+  std::vector<std::string> const all = comm.exchange(fingerprint, "exchange of the run's settings");
   std::string differences;
   for (std::size_t r = 1; r < all.size(); ++r) {
-    Json const other = Json::parse(all[r]);
-    if (other == reference) continue;
-    Json const patch = Json::diff(reference, other);
     std::string items;
-    for (Json const& op : patch) {
-      std::string const path = op.value("path", "");
-      std::string const theirs = op.contains("value") ? op["value"].dump() : "(absent)";
-      Json::json_pointer const ptr(path);
-      std::string const ours = reference.contains(ptr) ? reference[ptr].dump() : "(absent)";
-      items += (items.empty() ? "" : "; ") + path + " " + ours + " on rank 0, " + theirs + " on rank " +
+    for (SettingDifference const& d : setting_differences(all[0], all[r])) {
+      items += (items.empty() ? "" : "; ") + d.path + " " + d.first + " on rank 0, " + d.second + " on rank " +
                std::to_string(r);
     }
-    differences += "\n  rank " + std::to_string(r) + ": " + items;
+    if (!items.empty()) differences += "\n  rank " + std::to_string(r) + ": " + items;
   }
   if (!differences.empty()) {
     throw std::invalid_argument("the ranks were started with different settings (every rank needs the same model, "
@@ -535,7 +531,7 @@ RunResult run_training(TrainConfig const& config, RunOptions const& options) {
   result.model_config = load_model_config(config);
   Data const data = load_data(config.data, result.model_config.vocab_size);
   std::string const fingerprint = run_fingerprint(config, result.model_config, data, world).dump();
-  if (comm) check_same_settings(*comm, Json::parse(fingerprint));
+  if (comm) check_same_settings(*comm, fingerprint);
   check_outputs(config, writer);
 
   model::ModelOptions mopts = model_options(config);
@@ -610,7 +606,7 @@ RunResult run_training(TrainConfig const& config, RunOptions const& options) {
     trainer->resume_after(progress.steps_taken);
     stream.restore(progress.epochs_started, progress.next_micro_batch);
     first_step = progress.steps_taken;
-    log.line("resumed from " + resolve_checkpoint(from) + " after step " + std::to_string(first_step - 1) +
+    log.line("resumed from " + progress.checkpoint + " after step " + std::to_string(first_step - 1) +
              " (" + std::to_string(first_step) + " steps taken)");
   }
   SaveOptions save;
@@ -618,7 +614,7 @@ RunResult run_training(TrainConfig const& config, RunOptions const& options) {
   save.keep = config.keep_checkpoints;
   std::int64_t saved_after = first_step;  // steps taken at the last save (or the resume point)
   auto save_now = [&](std::int64_t steps_taken) {
-    TrainingProgress const progress{steps_taken, stream.epochs_started(), stream.next_in_epoch()};
+    TrainingProgress const progress{steps_taken, stream.epochs_started(), stream.next_in_epoch(), {}};
     std::string const dir = save_training_checkpoint(save, progress, rows, trainer->optimizer(), fingerprint,
                                                      comm.get());
     saved_after = steps_taken;
@@ -631,21 +627,6 @@ RunResult run_training(TrainConfig const& config, RunOptions const& options) {
   ready << "ready in " << std::fixed << std::setprecision(1) << result.setup_seconds << " s";
   log.line(ready.str());
   for (std::int64_t s = first_step; s < config.steps; ++s) {
-    // A stop request (SIGINT, SIGTERM) is honoured between steps, by every rank at the same step.
-    int stop = options.stop_requested ? options.stop_requested() : 0;
-    if (comm) {
-      at::Tensor flag = at::full({1}, static_cast<std::int64_t>(stop), at::kLong);
-      sum_counts(flag);
-      stop = flag.item<std::int64_t>() > 0 ? (stop > 0 ? stop : 15) : 0;
-    }
-    if (stop > 0) {
-      result.interrupted_by = stop;
-      if (!config.save_dir.empty() && saved_after != s) save_now(s);
-      log.line("interrupted before step " + std::to_string(s) +
-               (config.save_dir.empty() ? std::string(" (no save dir: nothing saved)")
-                                        : "; resume with --resume " + result.last_checkpoint));
-      break;
-    }
     if (comm) comm->set_step(s);
     std::optional<StepProfiler> profiler;
     if (s == config.profile_step) {
@@ -674,12 +655,16 @@ RunResult run_training(TrainConfig const& config, RunOptions const& options) {
       if (options.edit_micro_batch) options.edit_micro_batch(batches.back());
     }
     StepResult const r = trainer->step(batches);
+    // A stop request (SIGINT, SIGTERM) ends the run after this step; it travels with the step's counts, so every rank
+    // learns of any rank's request in the same all-reduce and all stop after the same step.
+    int stop = options.stop_requested ? options.stop_requested() : 0;
     if (comm) {
-      at::Tensor counts = at::tensor(std::vector<std::int64_t>{m.tokens, m.slots, m.examples});
+      at::Tensor counts = at::tensor(std::vector<std::int64_t>{m.tokens, m.slots, m.examples, stop > 0 ? 1 : 0});
       sum_counts(counts);
       m.tokens = counts[0].item<std::int64_t>();
       m.slots = counts[1].item<std::int64_t>();
       m.examples = counts[2].item<std::int64_t>();
+      if (stop == 0 && counts[3].item<std::int64_t>() > 0) stop = SIGTERM;  // another rank's request
     }
     m.step = r.step;
     m.loss = r.loss;
@@ -698,6 +683,14 @@ RunResult run_training(TrainConfig const& config, RunOptions const& options) {
       }
     }
     if (config.save_every > 0 && (s + 1) % config.save_every == 0) save_now(s + 1);
+    if (stop > 0) {
+      result.interrupted_by = stop;
+      if (!config.save_dir.empty() && saved_after != s + 1) save_now(s + 1);
+      log.line("interrupted before step " + std::to_string(s + 1) +
+               (config.save_dir.empty() ? std::string(" (no save dir: nothing saved)")
+                                        : "; resume with --resume " + result.last_checkpoint));
+      break;
+    }
     double const per_step = seconds_since(start) / static_cast<double>(s + 1 - first_step);
     log.bar(progress_bar(s + 1, config.steps, m.tokens_per_second(),
                          per_step * static_cast<double>(config.steps - s - 1)));

@@ -4,6 +4,7 @@
 #include "trainer/checkpoint/files.h"
 #include "trainer/checkpoint/safetensors.h"
 #include "trainer/parallel/collectives.h"
+#include "trainer/train/fingerprint.h"
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
@@ -50,17 +51,6 @@ std::string hex(std::uint64_t v) {
   return s;
 }
 
-// Every rank's `error` (empty: fine), gathered; throws the same message on every rank when any rank failed, so no
-// rank goes on to a collective the others have left.
-void agree(parallel::Collectives* comm, std::string const& error, std::string const& what) {
-  std::vector<std::string> const all = comm ? comm->exchange(error, what) : std::vector<std::string>{error};
-  std::string message;
-  for (std::size_t r = 0; r < all.size(); ++r) {
-    if (!all[r].empty()) message += (message.empty() ? "" : "; ") + ("rank " + std::to_string(r) + ": " + all[r]);
-  }
-  if (!message.empty()) throw std::runtime_error(what + " failed: " + message);
-}
-
 template <typename F>
 std::string attempt(F&& f) {
   try {
@@ -71,15 +61,20 @@ std::string attempt(F&& f) {
   return {};
 }
 
-// Keeps the newest `keep` step folders of `dir` (by step number), removes the others and any .tmp folder left by an
-// interrupted save.
-void prune(std::string const& dir, std::int64_t keep, std::string const& except_tmp = {}) {
+// Removes the step-N.tmp folders of `dir`: saves that were interrupted (no save runs while another prepares).
+void remove_interrupted_saves(std::string const& dir) {
+  for (std::string const& name : checkpoint::list_dir(dir)) {
+    bool const tmp = name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0 &&
+                     is_step_folder(name.substr(0, name.size() - 4));
+    if (tmp) checkpoint::remove_tree(join(dir, name));
+  }
+}
+
+// Keeps the newest `keep` step folders of `dir` (by step number) and removes the others.
+void keep_newest(std::string const& dir, std::int64_t keep) {
   std::vector<std::string> steps;
   for (std::string const& name : checkpoint::list_dir(dir)) {
     if (is_step_folder(name)) steps.push_back(name);
-    bool const stale_tmp = name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0 &&
-                           is_step_folder(name.substr(0, name.size() - 4)) && name != except_tmp;
-    if (stale_tmp) checkpoint::remove_tree(join(dir, name));
   }
   std::sort(steps.begin(), steps.end());  // zero-padded: name order is step order
   for (std::size_t i = 0; i + static_cast<std::size_t>(keep) < steps.size(); ++i) {
@@ -135,9 +130,9 @@ std::string save_training_checkpoint(SaveOptions const& options, TrainingProgres
   std::string const final_dir = join(options.dir, name), tmp_dir = final_dir + ".tmp";
   std::string const what = "saving checkpoint " + final_dir;
 
-  agree(comm, rank != 0 ? std::string() : attempt([&] {
+  parallel::require_all_ranks(comm, rank != 0 ? std::string() : attempt([&] {
     checkpoint::make_dirs(options.dir);
-    prune(options.dir, /*keep=*/1 << 30);  // only the .tmp folders of interrupted saves
+    remove_interrupted_saves(options.dir);
     checkpoint::make_dirs(tmp_dir);
   }), what + " (preparing " + tmp_dir + ")");
 
@@ -165,15 +160,10 @@ std::string save_training_checkpoint(SaveOptions const& options, TrainingProgres
     checkpoint::path_kind(path, &bytes);
     record = std::to_string(bytes) + " " + hex(checkpoint::file_checksum(path));
   });
-  std::vector<std::string> const records = comm ? comm->exchange(error.empty() ? record : "error: " + error, what)
-                                                : std::vector<std::string>{error.empty() ? record : "error: " + error};
-  std::string failures;
-  for (std::size_t r = 0; r < records.size(); ++r) {
-    if (records[r].rfind("error: ", 0) == 0) failures += (failures.empty() ? "" : "; ") + records[r].substr(7);
-  }
-  if (!failures.empty()) throw std::runtime_error(what + " failed: " + failures);
+  parallel::require_all_ranks(comm, error, what + " (the rank files)");
+  std::vector<std::string> const records = comm ? comm->exchange(record, what) : std::vector<std::string>{record};
 
-  agree(comm, rank != 0 ? std::string() : attempt([&] {
+  parallel::require_all_ranks(comm, rank != 0 ? std::string() : attempt([&] {
     Json files = Json::array();
     for (int r = 0; r < world; ++r) {
       std::istringstream in(records[static_cast<std::size_t>(r)]);
@@ -201,7 +191,7 @@ std::string save_training_checkpoint(SaveOptions const& options, TrainingProgres
     checkpoint::rename_durably(tmp_dir, final_dir);
     checkpoint::write_file_atomically(join(options.dir, kLatestFile), name + "\n");
     if (replacing) checkpoint::remove_tree(old_dir);
-    prune(options.dir, options.keep);
+    keep_newest(options.dir, options.keep);
   }), what);
   return final_dir;
 }
@@ -217,17 +207,11 @@ TrainingProgress load_training_checkpoint(std::string const& path, std::vector<P
                                 std::to_string(kVersion));
   }
   // The run's settings against the checkpoint's: anything but the fusepack version changes what the steps compute.
-  Json saved = meta.at("settings"), mine = Json::parse(fingerprint);
-  saved.erase("fusepack");
-  mine.erase("fusepack");
-  if (saved != mine) {
-    std::string diffs;
-    for (Json const& op : Json::diff(saved, mine)) {
-      std::string const p = op.value("path", "");
-      Json::json_pointer const ptr(p);
-      diffs += "\n  " + p + ": " + (saved.contains(ptr) ? saved[ptr].dump() : "(absent)") + " in the checkpoint, " +
-               (mine.contains(ptr) ? mine[ptr].dump() : "(absent)") + " in this run";
-    }
+  std::string diffs;
+  for (SettingDifference const& d : setting_differences(meta.at("settings").dump(), fingerprint, {"fusepack"})) {
+    diffs += "\n  " + d.path + ": " + d.first + " in the checkpoint, " + d.second + " in this run";
+  }
+  if (!diffs.empty()) {
     throw std::invalid_argument(where + ": the checkpoint was written by a run with other settings (a resumed run "
                                 "must repeat them):" + diffs);
   }
@@ -270,6 +254,7 @@ TrainingProgress load_training_checkpoint(std::string const& path, std::vector<P
   }
 
   TrainingProgress progress;
+  progress.checkpoint = dir;
   progress.steps_taken = meta.at("steps_taken").get<std::int64_t>();
   progress.epochs_started = meta.at("epochs_started").get<std::uint64_t>();
   progress.next_micro_batch = meta.at("next_micro_batch").get<std::int64_t>();

@@ -30,6 +30,7 @@ struct TrainingProgress {
   std::int64_t steps_taken = 0;         // optimizer steps done
   std::uint64_t epochs_started = 0;     // epoch plans drawn so far (the current one is epochs_started - 1)
   std::int64_t next_micro_batch = 0;    // the next plan entry of the current epoch
+  std::string checkpoint;               // load_training_checkpoint: the folder it loaded
 };
 
 // One trainable tensor of this rank: rows [row_begin, row_begin + param.size(0)) of a parameter of `rows` rows.
