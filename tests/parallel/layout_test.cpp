@@ -38,24 +38,43 @@ TEST(ShardLayout, SlicesOfAllRanksTileTheRowsInRankOrderForEveryWorldSize) {
   }
 }
 
-// Laid end to end, the ranks' padded slices hold every real row first and padding after: what lets the gathered
-// parameter be the first numel elements of the all-gather output.
+// Whether the ranks' padded slices, laid end to end, hold every real row before any padding: what lets the gathered
+// parameter be the first numel elements of the all-gather output. `layout(rows, rank, world)` gives a rank's slice.
+template <typename Layout>
+bool padding_only_after_the_rows(Layout const& layout, std::int64_t rows, int world) {
+  bool padding_seen = false;
+  for (int r = 0; r < world; ++r) {
+    ShardLayout const l = layout(rows, r, world);
+    for (std::int64_t i = 0; i < l.chunk_rows; ++i) {
+      bool const real = i < l.local_rows;
+      if (real && padding_seen) return false;
+      padding_seen = padding_seen || !real;
+    }
+  }
+  return true;
+}
+
 TEST(ShardLayout, PaddingComesOnlyAfterTheLastRealRow) {
+  auto const ours = [](std::int64_t rows, int r, int world) { return ShardLayout::of({rows}, r, world); };
+  // The planted layout: floor-sized slices with the remainder on the last rank, padded to the largest (a natural
+  // alternative to ceil-chunking). Its early ranks carry padding before later ranks' rows, so the property must fail.
+  auto const planted = [](std::int64_t rows, int r, int world) {
+    ShardLayout l;
+    std::int64_t const base = rows / world;
+    l.chunk_rows = base + rows % world;
+    l.begin = r * base;
+    l.local_rows = r + 1 == world ? rows - l.begin : base;
+    return l;
+  };
   std::mt19937_64 rng = test_rng();
+  bool planted_caught = false;
   for (int c = 0; c < cases(200, 5000); ++c) {
     std::int64_t const rows = static_cast<std::int64_t>(rng() % 300);
     int const world = 1 + static_cast<int>(rng() % 16);
-    bool padding_seen = false;
-    for (int r = 0; r < world; ++r) {
-      ShardLayout const l = ShardLayout::of({rows}, r, world);
-      for (std::int64_t i = 0; i < l.chunk_rows; ++i) {
-        bool const real = i < l.local_rows;
-        ASSERT_FALSE(real && padding_seen) << "rows " << rows << " world " << world << ": rank " << r
-                                           << " holds a real row after padding";
-        padding_seen = padding_seen || !real;
-      }
-    }
+    ASSERT_TRUE(padding_only_after_the_rows(ours, rows, world)) << "rows " << rows << " world " << world;
+    planted_caught = planted_caught || !padding_only_after_the_rows(planted, rows, world);
   }
+  EXPECT_TRUE(planted_caught) << "the property let the planted floor-chunk layout pass on every case";
 }
 
 TEST(ShardLayout, UnevenSizesGiveShortAndEmptySlices) {
