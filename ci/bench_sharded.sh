@@ -3,7 +3,10 @@
 # packed, fused, bf16, an 8,192-token budget and log-normal lengths (median 900), first as one process alone, then
 # under torchrun --no-python on each GPU count of $GPUS (default: 1 and every power of two up to the GPUs present).
 # Per run: seconds from launch to the first step, median tokens/s per GPU over the steady steps (2 onwards), the
-# profiled step's communication and its overlap with compute, peak memory per rank. Logs go to $OUT_DIR.
+# profiled step's communication and its overlap with compute, peak memory per rank and what a step adds on top of the
+# weights and optimizer state (activations). The one-process runs go once per activation checkpointing mode of
+# $CHECKPOINTING (default: none full); the sharded ones with resharding on and off, and with checkpointing full.
+# Logs go to $OUT_DIR.
 #   ci/bench_sharded.sh [build dir]        (default: $FUSEPACK_BUILD_DIR or build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -43,13 +46,17 @@ report() {  # log, label, ranks
         sort -n | awk '{ v[NR] = $1 } END { print (NR ? v[int((NR + 1) / 2)] : 0) }')
   comm=$(grep -o 'communication: .*' "$log" | head -1 || true)
   peak=$(grep -o 'peak GPU memory: [0-9.]* GiB' "$log" | head -1 | awk '{print $4}' || true)
-  printf '%-34s first step after %6s s   %9.0f tokens/s per GPU   peak %s GiB   %s\n' "$label" "$first" "$tps" \
-    "${peak:-?}" "${comm:-no NCCL kernels}"
+  act=$(grep -o '[0-9.]* GiB more during a step' "$log" | head -1 | awk '{print $1}' || true)
+  printf '%-44s first step after %6s s   %9.0f tokens/s per GPU   peak %s GiB (activations %s GiB)   %s\n' \
+    "$label" "$first" "$tps" "${peak:-?}" "${act:-?}" "${comm:-no NCCL kernels}"
 }
 
 echo "[bench] $preset, $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1) x $gpus_present; logs in $out"
-timed "$train" "${args[@]}" > "$out/unsharded.log"
-report "$out/unsharded.log" "unsharded (one process)" 1
+for ac in ${CHECKPOINTING:-none full}; do
+  log="$out/unsharded-checkpointing-$ac.log"
+  timed "$train" "${args[@]}" --activation-checkpointing "$ac" > "$log"
+  report "$log" "unsharded, activation checkpointing $ac" 1
+done
 for n in $GPUS; do
   for reshard in true false; do
     log="$out/sharded-$n-reshard-$reshard.log"
@@ -57,4 +64,8 @@ for n in $GPUS; do
       --reshard-after-forward "$reshard" > "$log"
     report "$log" "sharded, $n GPU(s), reshard $reshard" "$n"
   done
+  log="$out/sharded-$n-checkpointing-full.log"
+  timed $torchrun --standalone --nproc-per-node "$n" --no-python "$train" "${args[@]}" --activation-checkpointing full \
+    > "$log"
+  report "$log" "sharded, $n GPU(s), checkpointing full" "$n"
 done

@@ -12,7 +12,8 @@ build_dir=${FUSEPACK_BUILD_DIR:-build}
 bash ci/build.sh || exit 1
 export FUSEPACK_TEST_LEVEL=${FUSEPACK_TEST_LEVEL:-smoke}
 echo "[gate] FUSEPACK_TEST_LEVEL=$FUSEPACK_TEST_LEVEL FUSEPACK_SEED=${FUSEPACK_SEED:-default}; test log: $build_dir/gate.log"
-ctest --test-dir "$build_dir" --test-output-size-passed 262144 --test-output-size-failed 1048576 --output-junit "$(cd "$build_dir" && pwd)/junit.xml" -j "${FUSEPACK_JOBS:-$(nproc)}" "$@" >"$build_dir/gate.log" 2>&1
+# ctest runs one test per core, so each test's CPU thread pool gets one thread (16 tests x 16 threads thrash).
+OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} ctest --test-dir "$build_dir" --test-output-size-passed 262144 --test-output-size-failed 1048576 --output-junit "$(cd "$build_dir" && pwd)/junit.xml" -j "${FUSEPACK_JOBS:-$(nproc)}" "$@" >"$build_dir/gate.log" 2>&1
 ctest_status=$?
 python3 ci/summarize.py "$build_dir" "$build_dir/junit.xml"
 summary_status=$?

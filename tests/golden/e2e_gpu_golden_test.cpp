@@ -9,6 +9,7 @@
 #include "tests/support/expect.h"
 #include "tests/support/run_binary.h"
 #include "tests/support/torch_bridge.h"
+#include "trainer/checkpoint/safetensors.h"
 #include "trainer/parallel/collectives.h"
 #include "trainer/parallel/dist_env.h"
 #include "trainer/train/config.h"
@@ -136,6 +137,92 @@ TEST(E2EGpuGolden, PlantedLabelsShiftedAcrossThePackFailTheFusedComparison) {
     if (c.step == 0 && c.field == "tokens") step0_tokens_fail = !c.pass;
   }
   EXPECT_TRUE(step0_tokens_fail) << "the extra cross-boundary targets must change the step's target count";
+}
+
+// Every step of `resumed` equal to the bit to the step of `whole` with the same number (loss, grad norm, targets, lr).
+void expect_same_steps(std::vector<train::StepMetrics> const& resumed, std::vector<train::StepMetrics> const& whole,
+                       std::string const& what) {
+  ASSERT_LE(resumed.size(), whole.size()) << what;
+  std::size_t const offset = whole.size() - resumed.size();
+  for (std::size_t i = 0; i < resumed.size(); ++i) {
+    train::StepMetrics const& a = resumed[i];
+    train::StepMetrics const& b = whole[offset + i];
+    EXPECT_EQ(a.step, b.step) << what;
+    EXPECT_EQ(a.loss, b.loss) << what << ", step " << a.step;
+    EXPECT_EQ(a.grad_norm, b.grad_norm) << what << ", step " << a.step;
+    EXPECT_EQ(a.targets, b.targets) << what << ", step " << a.step;
+    EXPECT_EQ(a.lr, b.lr) << what << ", step " << a.step;
+  }
+}
+
+void expect_same_weights(std::string const& a, std::string const& b) {
+  checkpoint::Safetensors const x = checkpoint::read_checkpoint(a), y = checkpoint::read_checkpoint(b);
+  ASSERT_EQ(x.tensors.size(), y.tensors.size()) << a << " vs " << b;
+  for (auto const& [name, t] : x.tensors) {
+    ASSERT_EQ(y.tensors.count(name), 1u) << name;
+    EXPECT_TRUE(at::equal(t, y.tensors.at(name))) << name << ": " << a << " vs " << b;
+  }
+}
+
+// The golden's settings, packed, fused, bf16 on the GPU, writing the final weights to `output`, saving every step
+// into `save_dir` when one is given.
+TrainConfig fused_run(std::string const& save_dir, std::string const& output) {
+  TrainConfig c = golden_settings("qwen35-tiny64", Batching::kPacked, ops::Backend::kFused, DType::kBFloat16, "cuda");
+  c.save_dir = save_dir;
+  c.save_every = save_dir.empty() ? 0 : 1;
+  c.keep_checkpoints = 100;
+  c.output_dir = output;
+  return c;
+}
+
+// A fused bf16 run resumed from its checkpoint after step k continues as if never stopped: every later step and the
+// final weights equal to the bit. That needs the fused kernels to repeat themselves bit for bit, which is checked
+// first (a second uninterrupted run), so a failure says which of the two broke.
+TEST(E2EGpuGolden, AFusedBf16RunResumedFromACheckpointContinuesAsIfNeverStoppedBitForBit) {
+  FUSEPACK_SKIP_WITHOUT_CUDA();
+  std::string const saves = test_temp_path("gpu_resume_saves", "");
+  TrainConfig const whole_config = fused_run(saves, test_temp_path("gpu_resume_whole", ""));
+  train::RunResult const whole = run(whole_config);
+  TrainConfig const again_config = fused_run("", test_temp_path("gpu_resume_again", ""));
+  train::RunResult const again = run(again_config);
+  ASSERT_EQ(again.steps.size(), whole.steps.size());
+  expect_same_steps(again.steps, whole.steps, "a second uninterrupted run (the kernels must be deterministic)");
+  expect_same_weights(again_config.output_dir, whole_config.output_dir);
+  for (int k : {3, 8}) {
+    char step[32];
+    std::snprintf(step, sizeof step, "step-%08d", k);
+    TrainConfig c = fused_run("", test_temp_path("gpu_resumed_" + std::to_string(k), ""));
+    c.resume = saves + "/" + step;
+    train::RunResult const resumed = run(c);
+    ASSERT_EQ(resumed.steps.size(), whole.steps.size() - static_cast<std::size_t>(k));
+    expect_same_steps(resumed.steps, whole.steps, "resumed after step " + std::to_string(k));
+    expect_same_weights(c.output_dir, whole_config.output_dir);
+  }
+}
+
+// Activation checkpointing recomputes each layer's forward in the backward with the same deterministic kernels on
+// the same bf16 inputs: the gradients, hence every step, equal to the bit to the run without it.
+TEST(E2EGpuGolden, ActivationCheckpointingLeavesEveryFusedBf16StepUnchangedBitForBit) {
+  FUSEPACK_SKIP_WITHOUT_CUDA();
+  train::RunResult const plain = run(fused_run("", ""));
+  for (std::int64_t every : {1, 2}) {
+    TrainConfig c = fused_run("", "");
+    c.checkpoint_every = every;
+    train::RunResult const checkpointed = run(c);
+    ASSERT_EQ(checkpointed.steps.size(), plain.steps.size());
+    expect_same_steps(checkpointed.steps, plain.steps,
+                      "activation checkpointing " + train::activation_checkpointing_name(every));
+    // What it is for: the layers keep their inputs, not their activations. Checkpointing every layer, a layer keeps
+    // one [T, hidden] tensor instead of its norms, projections, convolution, recurrence and MLP intermediates
+    // (dozens of them), so 3x is far below what it must save; every-2 keeps half the layers' activations.
+    std::printf("[ measured ] the decoder layers kept %lld bytes without checkpointing, %lld with %s\n",
+                static_cast<long long>(plain.layer_activation_bytes),
+                static_cast<long long>(checkpointed.layer_activation_bytes),
+                train::activation_checkpointing_name(every).c_str());
+    ASSERT_GT(plain.layer_activation_bytes, 0);
+    EXPECT_LE(checkpointed.layer_activation_bytes * (every == 1 ? 3 : 1), plain.layer_activation_bytes);
+    EXPECT_LT(checkpointed.layer_activation_bytes, plain.layer_activation_bytes);
+  }
 }
 
 TEST(E2EGpuGolden, ABaselineInAnotherDtypeIsRefused) {

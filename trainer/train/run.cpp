@@ -24,6 +24,7 @@
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -48,6 +49,49 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 using Clock = std::chrono::steady_clock;
+
+// The caching allocator's allocated bytes on a CUDA `device`: now, or the peak since the last reset.
+c10::DeviceIndex device_index(c10::Device device) {
+  return device.has_index() ? device.index() : c10::impl::VirtualGuardImpl(device.type()).getDevice().index();
+}
+
+std::int64_t device_allocated_bytes(c10::Device device, bool peak) {
+  auto const stats = c10::getDeviceAllocator(device.type())->getDeviceStats(device_index(device));
+  auto const& stat = stats.allocated_bytes[static_cast<std::size_t>(c10::CachingAllocator::StatType::AGGREGATE)];
+  return peak ? stat.peak : stat.current;
+}
+
+// A one-process run's weights, measuring on a CUDA device what the decoder layers' forward keeps for the backward:
+// the allocated bytes when the head's weights are asked for minus those when the embedding's are released, the most
+// over every micro-batch. That is what activation checkpointing trades for recomputation (the loss head's logits come
+// after it and are not counted). Everything else is LocalWeights'.
+class LayerActivationMeter final : public model::WeightSource {
+ public:
+  LayerActivationMeter(model::Qwen35ForCausalLM const& model)
+      : inner_(model.config(), model.named_parameters(), model.mixed_precision()) {}
+
+  model::GroupWeights acquire(model::WeightGroup const& group, bool recomputing) override {
+    if (group.kind == model::WeightGroup::Kind::kHead && device().is_cuda()) {
+      most_ = std::max(most_, device_allocated_bytes(device(), false) - after_embedding_);
+    }
+    return inner_.acquire(group, recomputing);
+  }
+  void release(model::WeightGroup const& group, at::Tensor const& output, bool recomputing) override {
+    inner_.release(group, output, recomputing);
+    if (group.kind == model::WeightGroup::Kind::kEmbedding && device().is_cuda()) {
+      after_embedding_ = device_allocated_bytes(device(), false);
+    }
+  }
+  void finish_backward() override { inner_.finish_backward(); }
+  c10::Device device() const override { return inner_.device(); }
+
+  std::int64_t most_kept_by_layers() const { return most_; }  // -1 before the first forward on a GPU
+
+ private:
+  model::LocalWeights inner_;
+  std::int64_t after_embedding_ = 0;
+  std::int64_t most_ = -1;
+};
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -587,9 +631,11 @@ RunResult run_training(TrainConfig const& config, RunOptions const& options) {
   topts.schedule.total_steps = config.steps;
   topts.clip_norm = config.clip_norm;
   topts.all_reduce = all_reduce_sum(comm, "all-reduce of the step's targets, loss or gradient norm");
+  std::unique_ptr<LayerActivationMeter> local;
+  if (!sharded) local = std::make_unique<LayerActivationMeter>(model);
   std::unique_ptr<Trainer> trainer =
       sharded ? std::make_unique<Trainer>(model, *sharded, sharded->parameters(), topts)
-              : std::make_unique<Trainer>(model, topts);
+              : std::make_unique<Trainer>(model, *local, model_parameters(model), topts);
   optim::AllReduceSum const sum_counts = all_reduce_sum(comm, "all-reduce of the step's token counts");
 
   // This rank's trainable tensors with their rows, as a training checkpoint stores them.
@@ -623,6 +669,9 @@ RunResult run_training(TrainConfig const& config, RunOptions const& options) {
   };
 
   result.setup_seconds = seconds_since(start);
+  if (device.is_cuda()) {  // the peak reported at the end is the training steps', not the loading's
+    c10::getDeviceAllocator(device.type())->resetPeakStats(device_index(device));
+  }
   std::ostringstream ready;
   ready << "ready in " << std::fixed << std::setprecision(1) << result.setup_seconds << " s";
   log.line(ready.str());
@@ -631,6 +680,9 @@ RunResult run_training(TrainConfig const& config, RunOptions const& options) {
     std::optional<StepProfiler> profiler;
     if (s == config.profile_step) {
       profiler.emplace(s, ops::backend_name(config.backend), device.is_cuda(), device.has_index() ? device.index() : 0);
+    }
+    if (device.is_cuda()) {
+      result.resident_device_bytes = std::max(result.resident_device_bytes, device_allocated_bytes(device, false));
     }
     Clock::time_point const step_start = Clock::now();
     StepMetrics m;
@@ -700,15 +752,19 @@ RunResult run_training(TrainConfig const& config, RunOptions const& options) {
     save_now(trainer->steps_taken());
   }
   if (device.is_cuda()) {
-    c10::DeviceIndex const index =
-        device.has_index() ? device.index() : c10::impl::VirtualGuardImpl(device.type()).getDevice().index();
-    auto const stats = c10::getDeviceAllocator(device.type())->getDeviceStats(index);
-    result.peak_device_bytes =
-        stats.allocated_bytes[static_cast<std::size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak;
+    result.peak_device_bytes = device_allocated_bytes(device, true);
+    auto gib = [](std::int64_t bytes) { return static_cast<double>(bytes) / (1 << 30); };
     std::ostringstream peak;
-    peak << "peak GPU memory: " << std::fixed << std::setprecision(2)
-         << static_cast<double>(result.peak_device_bytes) / (1 << 30) << " GiB allocated on " << device
-         << (comm ? " (rank " + std::to_string(rank) + ")" : std::string());
+    peak << "peak GPU memory: " << std::fixed << std::setprecision(2) << gib(result.peak_device_bytes)
+         << " GiB allocated on " << device << (comm ? " (rank " + std::to_string(rank) + ")" : std::string());
+    if (result.resident_device_bytes >= 0) {
+      peak << "; " << gib(result.resident_device_bytes) << " GiB held between steps (weights, optimizer state), "
+           << gib(result.peak_device_bytes - result.resident_device_bytes) << " GiB more during a step";
+    }
+    if (local && local->most_kept_by_layers() >= 0) {
+      result.layer_activation_bytes = local->most_kept_by_layers();
+      peak << "; the decoder layers kept " << gib(result.layer_activation_bytes) << " GiB for the backward";
+    }
     log.line(peak.str());
   }
 

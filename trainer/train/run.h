@@ -57,7 +57,13 @@ struct RunResult {
   int rank = 0;          // of the sharded run (0 for one process)
   int world_size = 1;
   double setup_seconds = 0;  // from the start of run_training to the first step (model, weights and data ready)
-  std::int64_t peak_device_bytes = -1;  // on a GPU: the caching allocator's peak of allocated bytes; -1 on the CPU
+  std::int64_t peak_device_bytes = -1;  // on a GPU: the allocator's peak of allocated bytes over the steps; -1 on CPU
+  // On a GPU: the most bytes allocated at the start of a step (weights, gradients and optimizer state held between
+  // steps); peak_device_bytes minus this is what a step adds on top (activations and temporaries). -1 on the CPU.
+  std::int64_t resident_device_bytes = -1;
+  // One process on a GPU: the most bytes the decoder layers' forward kept for the backward in a micro-batch (what
+  // activation checkpointing saves); -1 otherwise.
+  std::int64_t layer_activation_bytes = -1;
   int interrupted_by = 0;       // the stop request (signal number) that ended the run early; 0 when it ran through
   std::string last_checkpoint;  // the training checkpoint saved last, if any
   std::vector<StepMetrics> steps;

@@ -12,15 +12,11 @@
 #include <utility>
 
 namespace fusepack::train {
-namespace {
-
-std::vector<optim::NamedParameter> named_parameters(model::Qwen35ForCausalLM const& model) {
+std::vector<optim::NamedParameter> model_parameters(model::Qwen35ForCausalLM const& model) {
   std::vector<optim::NamedParameter> out;
   for (auto const& [name, p] : model.named_parameters()) out.push_back({name, p});
   return out;
 }
-
-}  // namespace
 
 Trainer::Trainer(model::Qwen35ForCausalLM& model, TrainerOptions options)
     : model_(model),
@@ -28,7 +24,7 @@ Trainer::Trainer(model::Qwen35ForCausalLM& model, TrainerOptions options)
                                                          model.mixed_precision())),
       weights_(*own_weights_),
       options_(std::move(options)),
-      params_(named_parameters(model)),
+      params_(model_parameters(model)),
       adamw_(params_, options_.adamw) {
   check_options();
 }

@@ -33,6 +33,9 @@ struct StepResult {
   double lr = 0;             // the learning rate the update used
 };
 
+// The model's own parameters (shared tensors) as the optimizer names them: what a one-process Trainer trains.
+std::vector<optim::NamedParameter> model_parameters(model::Qwen35ForCausalLM const& model);
+
 class Trainer {
  public:
   // Registers every parameter of `model` (which must outlive the Trainer) with AdamW; validates the options (throws
