@@ -36,6 +36,7 @@ at::Tensor repeat_kv_heads(at::Tensor const& x, int64_t group) {
 // run it without fused kernels; packed examples are computed one by one, so no token can see another example.
 at::Tensor attention_composite(at::Tensor const& q, at::Tensor const& k, at::Tensor const& v,
                                std::vector<int32_t> const& cu, double scale, at::Tensor const& gate) {
+  FUSEPACK_OP_RUNS("attention", Pass::kForward, Backend::kComposite);
   int64_t const group = q.size(1) / k.size(1);
   at::ScalarType const softmax_type = q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;  // HF: fp32
   std::vector<at::Tensor> outs;
@@ -63,6 +64,7 @@ struct AttentionFunction : torch::autograd::Function<AttentionFunction> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, at::Tensor const& q, at::Tensor const& k,
                             at::Tensor const& v, std::optional<at::Tensor> const& gate_opt,
                             at::Tensor const& cu_seqlens, int64_t max_seqlen, double scale) {
+    FUSEPACK_OP_RUNS("attention", Pass::kForward, Backend::kFused);
     c10::cuda::CUDAGuard guard(q.device());
     at::Tensor const gate = gate_opt.value_or(at::Tensor());
     ctx->saved_data["max_seqlen"] = max_seqlen;
@@ -92,6 +94,7 @@ struct AttentionFunction : torch::autograd::Function<AttentionFunction> {
 
   static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
                                                torch::autograd::tensor_list grads) {
+    FUSEPACK_OP_RUNS("attention", Pass::kBackward, Backend::kFused);
     auto const saved = ctx->get_saved_variables();
     at::Tensor const &q = saved[0], &k = saved[1], &v = saved[2], &gate = saved[3];
     c10::cuda::CUDAGuard guard(q.device());
@@ -157,7 +160,6 @@ at::Tensor attention(at::Tensor const& q, at::Tensor const& k, at::Tensor const&
   }
   TORCH_CHECK(max_seqlen >= longest, "attention: max_seqlen=", max_seqlen, " is smaller than the longest example (",
               longest, " tokens, example ", longest_at, " of cu_seqlens); it must be at least that");
-  FUSEPACK_OP_SCOPE("attention", backend);
   if (backend == Backend::kComposite) return attention_composite(q, k, v, cu, scale, gate);
 
   check_fused_input("attention", "q", q);

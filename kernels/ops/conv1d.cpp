@@ -24,6 +24,7 @@ namespace {
 // example's initial state), keeping the first L outputs. Correct on packed input by construction.
 at::Tensor conv1d_composite(at::Tensor const& x, at::Tensor const& weight, std::vector<int32_t> const& cu,
                             bool silu, at::Tensor const& initial_state) {
+  FUSEPACK_OP_RUNS("conv1d", Pass::kForward, Backend::kComposite);
   int64_t const C = x.size(1), W = weight.size(1), pad = W - 1, N = static_cast<int64_t>(cu.size()) - 1;
   at::Tensor const w = weight.unsqueeze(1);  // [C, 1, W]
   std::vector<at::Tensor> pieces;
@@ -66,6 +67,7 @@ Conv1dFwdParams fwd_params(at::Tensor const& x, at::Tensor const& weight, at::Te
 struct Conv1dFunction : torch::autograd::Function<Conv1dFunction> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, at::Tensor const& x, at::Tensor const& weight,
                             at::Tensor const& cu_seqlens, bool silu) {
+    FUSEPACK_OP_RUNS("conv1d", Pass::kForward, Backend::kFused);
     c10::cuda::CUDAGuard guard(x.device());
     at::Tensor y = at::empty_like(x);
     Conv1dFwdParams p = fwd_params(x, weight, cu_seqlens, silu);
@@ -78,6 +80,7 @@ struct Conv1dFunction : torch::autograd::Function<Conv1dFunction> {
 
   static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
                                                torch::autograd::tensor_list grads) {
+    FUSEPACK_OP_RUNS("conv1d", Pass::kBackward, Backend::kFused);
     auto const saved = ctx->get_saved_variables();
     at::Tensor const &x = saved[0], &weight = saved[1], &cu_seqlens = saved[2];
     c10::cuda::CUDAGuard guard(x.device());
@@ -117,7 +120,6 @@ at::Tensor conv1d(at::Tensor const& x, at::Tensor const& weight, at::Tensor cons
     check_sizes(op, "initial_state", initial_state, {N, C, W - 1});
     check_same_dtype_device(op, "initial_state", initial_state, "x", x);
   }
-  FUSEPACK_OP_SCOPE("conv1d", backend);
   if (backend == Backend::kComposite) return conv1d_composite(x, weight, cu, silu, initial_state);
 
   TORCH_CHECK(W >= 2, op, ": the fused kernel supports width W in 2..4; got W=", W, " (weight ", weight.sizes(),

@@ -121,6 +121,7 @@ GatedDeltaResult gated_delta_composite(at::Tensor const& q, at::Tensor const& k,
                                        at::Tensor const& g, at::Tensor const& beta, std::vector<int32_t> const& cu,
                                        double scale, bool use_qk_l2norm, at::Tensor const& initial_state,
                                        bool output_final_state) {
+  FUSEPACK_OP_RUNS("gated_delta", Pass::kForward, Backend::kComposite);
   at::ScalarType const ct = q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   int64_t const Hk = q.size(1), Hv = v.size(1), K = q.size(2), V = v.size(2), G = Hv / Hk;
   at::Tensor qs = q.to(ct), kh = k.to(ct);
@@ -225,6 +226,7 @@ struct GatedDeltaFunction : torch::autograd::Function<GatedDeltaFunction> {
                                                 at::Tensor const& cu_seqlens, at::Tensor const& chunks, int64_t N,
                                                 int64_t NC, double scale, bool use_qk_l2norm, bool output_final_state,
                                                 bool save) {
+    FUSEPACK_OP_RUNS("gated_delta", Pass::kForward, Backend::kFused);
     c10::cuda::CUDAGuard guard(q.device());
     at::Tensor const initial_state = state_opt.value_or(at::Tensor());
     int64_t const T = q.size(0), Hk = q.size(1), Hv = v.size(1), K = q.size(2), V = v.size(2);
@@ -276,6 +278,7 @@ struct GatedDeltaFunction : torch::autograd::Function<GatedDeltaFunction> {
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
+    FUSEPACK_OP_RUNS("gated_delta", Pass::kBackward, Backend::kFused);
     TORCH_CHECK(ctx->saved_data["save"].toBool(), "gated_delta: backward called on a forward that ran without "
                 "saving its tensors (grad mode was off, or no input required grad)");
     auto const saved = ctx->get_saved_variables();
@@ -364,7 +367,6 @@ GatedDeltaResult gated_delta(at::Tensor const& q, at::Tensor const& k, at::Tenso
     TORCH_CHECK(initial_state.device() == q.device(), op, ": initial_state is on ", initial_state.device(),
                 " but q is on ", q.device(), "; they must be on the same device");
   }
-  FUSEPACK_OP_SCOPE("gated_delta", backend);
   if (backend == Backend::kComposite) {
     return gated_delta_composite(q, k, v, g, beta, cu, scale, use_qk_l2norm, initial_state, output_final_state);
   }

@@ -21,6 +21,7 @@ namespace {
 // HF Qwen3_5RMSNormGated: normalise in fp32 (fp64 stays fp64), cast to the input dtype, multiply by w in that dtype,
 // multiply by silu(z) in fp32, cast back.
 at::Tensor gated_rmsnorm_composite(at::Tensor const& x, at::Tensor const& z, at::Tensor const& weight, double eps) {
+  FUSEPACK_OP_RUNS("gated_rmsnorm", Pass::kForward, Backend::kComposite);
   at::ScalarType const dtype = x.scalar_type(), compute = at::promote_types(dtype, at::kFloat);
   at::Tensor const xf = x.to(compute);
   at::Tensor const normed = xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
@@ -32,6 +33,7 @@ at::Tensor gated_rmsnorm_composite(at::Tensor const& x, at::Tensor const& z, at:
 struct GatedRmsNormFunction : torch::autograd::Function<GatedRmsNormFunction> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, at::Tensor const& x, at::Tensor const& z,
                             at::Tensor const& weight, double eps) {
+    FUSEPACK_OP_RUNS("gated_rmsnorm", Pass::kForward, Backend::kFused);
     c10::cuda::CUDAGuard guard(x.device());
     int64_t const dim = x.size(-1), rows = x.numel() / dim;
     at::Tensor y = at::empty_like(x);
@@ -53,6 +55,7 @@ struct GatedRmsNormFunction : torch::autograd::Function<GatedRmsNormFunction> {
 
   static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
                                                torch::autograd::tensor_list grads) {
+    FUSEPACK_OP_RUNS("gated_rmsnorm", Pass::kBackward, Backend::kFused);
     auto const saved = ctx->get_saved_variables();
     at::Tensor const &x = saved[0], &z = saved[1], &weight = saved[2], &rstd = saved[3];
     at::Tensor const dy = grads[0].contiguous();
@@ -92,7 +95,6 @@ at::Tensor gated_rmsnorm(at::Tensor const& x, at::Tensor const& z, at::Tensor co
   check_same_dtype_device("gated_rmsnorm", "z", z, "x", x);
   check_same_dtype_device("gated_rmsnorm", "weight", weight, "x", x);
   TORCH_CHECK(eps > 0, "gated_rmsnorm: eps must be > 0; got ", eps);
-  FUSEPACK_OP_SCOPE("gated_rmsnorm", backend);
   if (backend == Backend::kComposite) return gated_rmsnorm_composite(x, z, weight, eps);
   check_fused_input("gated_rmsnorm", "x", x);
   check_fused_input("gated_rmsnorm", "z", z);

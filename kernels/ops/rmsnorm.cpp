@@ -20,6 +20,7 @@ namespace {
 
 // HF Qwen3_5RMSNorm: normalise in fp32 (fp64 stays fp64), scale by (1 + w) in fp32, cast back once.
 at::Tensor rmsnorm_composite(at::Tensor const& x, at::Tensor const& weight, double eps) {
+  FUSEPACK_OP_RUNS("rmsnorm", Pass::kForward, Backend::kComposite);
   at::ScalarType const compute = at::promote_types(x.scalar_type(), at::kFloat);
   at::Tensor const xf = x.to(compute);
   at::Tensor const normed = xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
@@ -30,6 +31,7 @@ at::Tensor rmsnorm_composite(at::Tensor const& x, at::Tensor const& weight, doub
 struct RmsNormFunction : torch::autograd::Function<RmsNormFunction> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, at::Tensor const& x, at::Tensor const& weight,
                             double eps) {
+    FUSEPACK_OP_RUNS("rmsnorm", Pass::kForward, Backend::kFused);
     c10::cuda::CUDAGuard guard(x.device());
     int64_t const dim = x.size(-1), rows = x.numel() / dim;
     at::Tensor y = at::empty_like(x);
@@ -50,6 +52,7 @@ struct RmsNormFunction : torch::autograd::Function<RmsNormFunction> {
 
   static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
                                                torch::autograd::tensor_list grads) {
+    FUSEPACK_OP_RUNS("rmsnorm", Pass::kBackward, Backend::kFused);
     auto const saved = ctx->get_saved_variables();
     at::Tensor const &x = saved[0], &weight = saved[1], &rstd = saved[2];
     at::Tensor const dy = grads[0].contiguous();
@@ -82,7 +85,6 @@ at::Tensor rmsnorm(at::Tensor const& x, at::Tensor const& weight, double eps, Ba
   check_sizes("rmsnorm", "weight", weight, {x.size(-1)});
   check_same_dtype_device("rmsnorm", "weight", weight, "x", x);
   TORCH_CHECK(eps > 0, "rmsnorm: eps must be > 0; got ", eps);
-  FUSEPACK_OP_SCOPE("rmsnorm", backend);
   if (backend == Backend::kComposite) return rmsnorm_composite(x, weight, eps);
   check_fused_input("rmsnorm", "x", x);
   check_fused_input("rmsnorm", "weight", weight);

@@ -27,6 +27,7 @@ constexpr int64_t kMaxFusedRotaryDim = 12288;
 
 // HF transformers' rotary embedding (Qwen3.5 text: 1-D positions), as users run it without fused kernels.
 at::Tensor rope_composite(at::Tensor const& x, at::Tensor const& position_ids, int64_t rotary_dim, double theta) {
+  FUSEPACK_OP_RUNS("rope", Pass::kForward, Backend::kComposite);
   int64_t const D = x.size(2), half = rotary_dim / 2;
   at::ScalarType const ct = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;  // HF: fp32
   at::Tensor const exponent = at::arange(0, rotary_dim, 2, x.options().dtype(at::kLong)).to(ct) / double(rotary_dim);
@@ -55,6 +56,7 @@ void fill_dims(Params& p, at::Tensor const& t, at::Tensor const& position_ids, i
 struct RopeFunction : torch::autograd::Function<RopeFunction> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, at::Tensor const& x, at::Tensor const& position_ids,
                             int64_t rotary_dim, double theta) {
+    FUSEPACK_OP_RUNS("rope", Pass::kForward, Backend::kFused);
     c10::cuda::CUDAGuard guard(x.device());
     at::Tensor y = at::empty_like(x);
     RopeFwdParams p;
@@ -70,6 +72,7 @@ struct RopeFunction : torch::autograd::Function<RopeFunction> {
 
   static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
                                                torch::autograd::tensor_list grads) {
+    FUSEPACK_OP_RUNS("rope", Pass::kBackward, Backend::kFused);
     at::Tensor const position_ids = ctx->get_saved_variables()[0];
     at::Tensor const dy = grads[0].contiguous();
     c10::cuda::CUDAGuard guard(dy.device());
@@ -103,7 +106,6 @@ at::Tensor rope(at::Tensor const& x, at::Tensor const& position_ids, int64_t rot
   TORCH_CHECK(rotary_dim % 2 == 0, "rope: rotary_dim must be even (NeoX half-split pairs i with i + rotary_dim/2); got",
               " rotary_dim=", rotary_dim);
   TORCH_CHECK(theta > 0 && std::isfinite(theta), "rope: theta must be positive and finite; got theta=", theta);
-  FUSEPACK_OP_SCOPE("rope", backend);
   if (backend == Backend::kComposite) return rope_composite(x, position_ids, rotary_dim, theta);
   check_fused_input("rope", "x", x);
   TORCH_CHECK(rotary_dim <= kMaxFusedRotaryDim, "rope: the fused kernel supports rotary_dim up to ", kMaxFusedRotaryDim,

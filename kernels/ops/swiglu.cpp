@@ -21,6 +21,7 @@ namespace {
 #ifdef FUSEPACK_WITH_CUDA_KERNELS
 struct SwiGluFunction : torch::autograd::Function<SwiGluFunction> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, at::Tensor const& gate, at::Tensor const& up) {
+    FUSEPACK_OP_RUNS("swiglu", Pass::kForward, Backend::kFused);
     c10::cuda::CUDAGuard guard(gate.device());
     at::Tensor y = at::empty_like(gate);
     SwiGluFwdParams p;
@@ -36,6 +37,7 @@ struct SwiGluFunction : torch::autograd::Function<SwiGluFunction> {
 
   static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
                                                torch::autograd::tensor_list grads) {
+    FUSEPACK_OP_RUNS("swiglu", Pass::kBackward, Backend::kFused);
     auto const saved = ctx->get_saved_variables();
     at::Tensor const &gate = saved[0], &up = saved[1];
     at::Tensor const dy = grads[0].contiguous();
@@ -62,8 +64,10 @@ at::Tensor swiglu(at::Tensor const& gate, at::Tensor const& up, Backend backend)
   TORCH_CHECK(gate.sizes() == up.sizes(), "swiglu: gate has shape ", gate.sizes(), " but up has ", up.sizes(),
               "; they must match");
   check_same_dtype_device("swiglu", "up", up, "gate", gate);
-  FUSEPACK_OP_SCOPE("swiglu", backend);
-  if (backend == Backend::kComposite) return at::silu(gate) * up;
+  if (backend == Backend::kComposite) {
+    FUSEPACK_OP_RUNS("swiglu", Pass::kForward, Backend::kComposite);
+    return at::silu(gate) * up;
+  }
   check_fused_input("swiglu", "gate", gate);
   check_fused_input("swiglu", "up", up);
 #ifdef FUSEPACK_WITH_CUDA_KERNELS

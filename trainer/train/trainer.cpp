@@ -1,5 +1,6 @@
 #include "trainer/train/trainer.h"
 
+#include "kernels/ops/op_scope.h"
 #include "trainer/optim/grad_clip.h"
 #include "trainer/optim/loss_normalization.h"
 
@@ -66,6 +67,7 @@ StepResult Trainer::step(std::vector<model::ModelBatch> const& micro_batches) {
   r.lr = options_.schedule.lr(r.step);
 
   for (optim::NamedParameter& p : params_) p.param.mutable_grad() = at::Tensor();  // zero_grad(set_to_none=True)
+  ops::reset_op_run_counts();
 
   // Count first (DESIGN section 3): every micro-batch's loss is divided by the whole step's target count.
   std::vector<std::int64_t> counts;
@@ -75,6 +77,13 @@ StepResult Trainer::step(std::vector<model::ModelBatch> const& micro_batches) {
     model::ForwardOutput const out = model_.forward(b, weights_);
     normalizer.normalize(optim::TokenLossSum::from_sum(out.loss_sum, out.num_targets)).backward();
     weights_.finish_backward();
+  }
+  // No silent fallback: every op of the step ran the backend the model asked for, as each op recorded where it ran.
+  std::vector<ops::OpRunCount> const stray = ops::op_runs_not_on(model_.backend());
+  if (!stray.empty()) {
+    throw std::runtime_error("Trainer::step " + std::to_string(r.step) + ": the run asked for the " +
+                             ops::backend_name(model_.backend()) + " backend, but " + ops::describe_op_runs(stray) +
+                             "; the step is not applied");
   }
   r.loss = normalizer.step_loss();
   r.targets = normalizer.global_targets();

@@ -49,7 +49,9 @@ class Trainer {
   // One optimizer step over `micro_batches` (>= 1, on the model's device), in order. Gradients are reset first
   // (set to none), so nothing carries over from an earlier step. Throws std::invalid_argument for no micro-batch,
   // c10::Error when the step has no target at all, optim::NonFiniteGradNorm when the gradient norm is NaN or infinite
-  // (the parameters are then left as they were), std::out_of_range once schedule.total_steps steps were taken.
+  // (the parameters are then left as they were), std::out_of_range once schedule.total_steps steps were taken,
+  // std::runtime_error (no update either) when an op of the step ran another implementation than the model's backend
+  // (kernels/ops/op_scope.h: each op records where it ran).
   StepResult step(std::vector<model::ModelBatch> const& micro_batches);
 
   std::int64_t steps_taken() const { return steps_taken_; }
