@@ -1,15 +1,14 @@
-// The chunked gated delta rule that kernels/gated_delta/ computes, forward and backward, emulated in fp64 with the
-// kernels' decomposition (the tensors the forward saves, the reverse chunk recurrence, the per-chunk gradients, the
-// ordered GQA sum), against the naive per-token recurrence of reference/gated_delta: the kernels' algorithm, proved
-// without a GPU. Chunk size is a parameter: small chunks exercise many chunk boundaries on short examples.
+// The chunked gated delta rule of reference/gated_delta_chunked.h (the kernels' decomposition, emulated in fp64),
+// forward and backward, against the naive per-token recurrence of reference/gated_delta.h: the kernels' algorithm,
+// proved without a GPU. Small chunk sizes put many chunk boundaries into short examples.
 #include "reference/gated_delta.h"
+#include "reference/gated_delta_chunked.h"
 
 #include "tests/support/compare.h"
 #include "tests/support/env.h"
 #include "tests/support/expect.h"
 #include "tests/support/random.h"
 
-#include <Eigen/Dense>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -23,296 +22,6 @@ namespace {
 
 using ref::Index;
 using ref::Tensor;
-using Mat = Eigen::MatrixXd;
-using Vec = Eigen::VectorXd;
-
-// A chunk: tokens [start, start + len) of one example, never more than the chunk size, never across examples.
-struct Chunk {
-  Index start, len, example;
-};
-std::vector<Chunk> chunk_table(std::vector<std::int32_t> const& cu, Index chunk) {
-  std::vector<Chunk> chunks;
-  for (size_t n = 0; n + 1 < cu.size(); ++n) {
-    for (Index s = cu[n]; s < cu[n + 1]; s += chunk)
-      chunks.push_back({s, std::min<Index>(chunk, cu[n + 1] - s), Index(n)});
-  }
-  return chunks;
-}
-
-struct Inputs {
-  Tensor q, k, v, g, beta, initial_state;  // initial_state may be undefined
-  std::vector<std::int32_t> cu_seqlens;
-  double scale = 1;
-  bool use_qk_l2norm = true;
-  Index Hk() const { return q.size(1); }
-  Index Hv() const { return v.size(1); }
-  Index K() const { return q.size(2); }
-  Index V() const { return v.size(2); }
-};
-
-// What the forward saves for the backward, laid out as GatedDeltaFwdParams defines it (Ainv: [T, Hv, chunk], the
-// values whose bf16 parts the fused forward saves), plus gcum, the forward's in-chunk cumsum of g, which the backward
-// does not read: like the fp32 kernels (which sum in fp64 there), it sums g within the chunk itself.
-struct Saved {
-  Tensor q_rstd, k_rstd, gcum, Ainv, h, v_new;
-};
-
-// One chunk of one value head, rebuilt from the inputs and the saved rstd, as every kernel pass rebuilds it.
-struct ChunkView {
-  Mat q_hat, k_hat;  // [L, K]: q̂ = scale·q·rstd_q, k̂ = k·rstd_k
-  Mat v, T;          // [L, V] v; [L, L] (I + A)^-1 from the saved Ainv rows
-  Vec G, beta;       // [L] in-chunk cumulative g, β
-  Index L;
-  // Decay exp(G_i − G_j) on and below the diagonal (i >= j), 0 above.
-  double decay(Index i, Index j) const { return i >= j ? std::exp(G(i) - G(j)) : 0.0; }
-  double gamma() const { return std::exp(G(L - 1)); }                 // exp(G_last)
-  double to_end(Index j) const { return std::exp(G(L - 1) - G(j)); }  // exp(G_last − G_j)
-};
-
-ChunkView view(Inputs const& in, Saved const& s, Chunk const& c, Index j, bool with_T) {
-  Index const hk = j / (in.Hv() / in.Hk()), L = c.len;
-  ChunkView cv;
-  cv.L = L;
-  cv.q_hat.resize(L, in.K());
-  cv.k_hat.resize(L, in.K());
-  cv.v.resize(L, in.V());
-  cv.G.resize(L);
-  cv.beta.resize(L);
-  if (with_T) cv.T.resize(L, L);
-  for (Index i = 0; i < L; ++i) {
-    Index const t = c.start + i;
-    cv.q_hat.row(i) = in.scale * s.q_rstd({t, hk}) * in.q.vec({t, hk}).transpose();
-    cv.k_hat.row(i) = s.k_rstd({t, hk}) * in.k.vec({t, hk}).transpose();
-    cv.v.row(i) = in.v.vec({t, j}).transpose();
-    cv.G(i) = (i > 0 ? cv.G(i - 1) : 0.0) + in.g({t, j});
-    cv.beta(i) = in.beta({t, j});
-    if (with_T) {
-      for (Index jj = 0; jj < L; ++jj) cv.T(i, jj) = s.Ainv({t, j, jj});
-    }
-  }
-  return cv;
-}
-
-// P[i, j] = (q̂_i·k̂_j) exp(G_i − G_j) for i >= j; Â[i, j] = (k̂_i·k̂_j) exp(G_i − G_j) for i > j (A = diag(β) Â).
-Mat intra_p(ChunkView const& cv) {
-  Mat P = cv.q_hat * cv.k_hat.transpose();
-  for (Index i = 0; i < cv.L; ++i) {
-    for (Index jj = 0; jj < cv.L; ++jj) P(i, jj) *= cv.decay(i, jj);
-  }
-  return P;
-}
-Mat intra_a_hat(ChunkView const& cv) {
-  Mat A = cv.k_hat * cv.k_hat.transpose();
-  for (Index i = 0; i < cv.L; ++i) {
-    for (Index jj = 0; jj < cv.L; ++jj) A(i, jj) *= i > jj ? cv.decay(i, jj) : 0.0;
-  }
-  return A;
-}
-
-struct ChunkedOut {
-  Tensor o, final_state;
-  Saved saved;
-};
-
-// The forward, chunk by chunk: rstd, gcum, Ainv = (I + A)^-1, h (the state entering each chunk), v_new = u − w·h,
-// o = (q̂ ⊙ exp(G)) h + P v_new, h_next = exp(G_last) h + (k̂ ⊙ exp(G_last − G))ᵀ v_new.
-ChunkedOut chunked_fwd(Inputs const& in, Index chunk) {
-  Index const T = in.q.size(0), Hk = in.Hk(), Hv = in.Hv(), K = in.K(), V = in.V();
-  Index const N = Index(in.cu_seqlens.size()) - 1;
-  std::vector<Chunk> const chunks = chunk_table(in.cu_seqlens, chunk);
-  Index const NC = Index(chunks.size());
-  ChunkedOut out;
-  Saved& s = out.saved;
-  s.q_rstd = Tensor({T, Hk});
-  s.k_rstd = Tensor({T, Hk});
-  s.gcum = Tensor({T, Hv});
-  s.Ainv = Tensor({T, Hv, chunk});
-  s.h = Tensor({NC, Hv, K, V});
-  s.v_new = Tensor({T, Hv, V});
-  out.o = Tensor({T, Hv, V});
-  out.final_state = Tensor({N, Hv, K, V});
-  for (Index t = 0; t < T; ++t) {
-    for (Index h = 0; h < Hk; ++h) {
-      auto rstd = [&](Tensor const& x) {
-        return in.use_qk_l2norm ? 1.0 / std::sqrt(x.vec({t, h}).squaredNorm() + ref::kL2NormEps) : 1.0;
-      };
-      s.q_rstd({t, h}) = rstd(in.q);
-      s.k_rstd({t, h}) = rstd(in.k);
-    }
-  }
-  for (Chunk const& c : chunks) {
-    for (Index j = 0; j < Hv; ++j) {
-      double acc = 0;
-      for (Index i = 0; i < c.len; ++i) s.gcum({c.start + i, j}) = acc += in.g({c.start + i, j});
-    }
-  }
-  for (Index n = 0; n < N; ++n) {
-    for (Index j = 0; j < Hv; ++j) {
-      Mat h = in.initial_state.defined() ? Mat(in.initial_state.mat({n, j})) : Mat::Zero(K, V);
-      for (Index ci = 0; ci < NC; ++ci) {
-        Chunk const& c = chunks[ci];
-        if (c.example != n) continue;
-        ChunkView cv = view(in, s, c, j, false);
-        Index const L = c.len;
-        Mat A = intra_a_hat(cv);
-        for (Index i = 0; i < L; ++i) A.row(i) *= cv.beta(i);
-        Mat const Tinv = (Mat::Identity(L, L) + A).triangularView<Eigen::Lower>().solve(Mat::Identity(L, L));
-        Mat kbg(L, K), vb(L, V), qg(L, K), kg(L, K);
-        for (Index i = 0; i < L; ++i) {
-          kbg.row(i) = cv.beta(i) * std::exp(cv.G(i)) * cv.k_hat.row(i);
-          vb.row(i) = cv.beta(i) * cv.v.row(i);
-          qg.row(i) = std::exp(cv.G(i)) * cv.q_hat.row(i);
-          kg.row(i) = cv.to_end(i) * cv.k_hat.row(i);
-        }
-        Mat const w = Tinv * kbg, u = Tinv * vb;
-        Mat const v_new = u - w * h;
-        Mat const o = qg * h + intra_p(cv) * v_new;
-        s.h.mat({ci, j}) = h;
-        for (Index i = 0; i < L; ++i) {
-          Index const t = c.start + i;
-          s.v_new.vec({t, j}) = v_new.row(i).transpose();
-          out.o.vec({t, j}) = o.row(i).transpose();
-          for (Index jj = 0; jj < L; ++jj) s.Ainv({t, j, jj}) = Tinv(i, jj);
-        }
-        h = cv.gamma() * h + kg.transpose() * v_new;
-      }
-      out.final_state.mat({n, j}) = h;
-    }
-  }
-  return out;
-}
-
-// The backward as the kernels compute it, from the inputs and the saved tensors only:
-//  (a) per chunk and value head: P and Â;
-//  (b) per example and value head, chunks in reverse, dh starting at dfinal_state (or 0): store dh_next (the
-//      gradient of the state leaving the chunk), dv_new = Pᵀ do + Kg dh_next, y = Ainvᵀ dv_new (= the gradient of
-//      β⊙v − (β⊙exp(G)⊙k̂) h, which v_new = Ainv·that), dh ← Qgᵀ do + exp(G_last) dh_next − kβgᵀ y; dinitial_state =
-//      dh at the example start; dv = β ⊙ y;
-//  (c) per chunk and value head, with dP = do v_newᵀ and dA = −y v_newᵀ (the gradient through Ainv collapses to this
-//      outer product): dq̂, dk̂ of the value head, dβ, and dg as the reverse in-chunk cumsum of dG;
-//  (d) per token and key head: dq̂, dk̂ summed over the group's value heads in head order, then the scale and the
-//      l2norm backward.
-ref::GatedDeltaGrads chunked_bwd(Inputs const& in, Saved const& s, Tensor const& dout, Tensor const& dfinal_state,
-                                 Index chunk) {
-  Index const T = in.q.size(0), Hk = in.Hk(), Hv = in.Hv(), K = in.K(), V = in.V();
-  Index const N = Index(in.cu_seqlens.size()) - 1, group = Hv / Hk;
-  std::vector<Chunk> const chunks = chunk_table(in.cu_seqlens, chunk);
-  Index const NC = Index(chunks.size());
-  auto do_of = [&](Chunk const& c, Index j) {
-    Mat d(c.len, V);
-    for (Index i = 0; i < c.len; ++i) d.row(i) = dout.vec({c.start + i, j}).transpose();
-    return d;
-  };
-  auto v_new_of = [&](Chunk const& c, Index j) {
-    Mat d(c.len, V);
-    for (Index i = 0; i < c.len; ++i) d.row(i) = s.v_new.vec({c.start + i, j}).transpose();
-    return d;
-  };
-
-  ref::GatedDeltaGrads grads{
-      Tensor(in.q.shape()),    Tensor(in.k.shape()),
-      Tensor(in.v.shape()),    Tensor(in.g.shape()),
-      Tensor(in.beta.shape()), in.initial_state.defined() ? Tensor(in.initial_state.shape()) : Tensor()};
-
-  // (b) the reverse chunk recurrence.
-  Tensor dh_next({NC, Hv, K, V}), y_all({T, Hv, V});
-  for (Index n = 0; n < N; ++n) {
-    for (Index j = 0; j < Hv; ++j) {
-      Mat dh = dfinal_state.defined() ? Mat(dfinal_state.mat({n, j})) : Mat::Zero(K, V);
-      for (Index ci = NC - 1; ci >= 0; --ci) {
-        Chunk const& c = chunks[ci];
-        if (c.example != n) continue;
-        ChunkView const cv = view(in, s, c, j, true);
-        Mat const d_o = do_of(c, j);
-        dh_next.mat({ci, j}) = dh;
-        Mat kg(c.len, K), qg(c.len, K), kbg(c.len, K);
-        for (Index i = 0; i < c.len; ++i) {
-          kg.row(i) = cv.to_end(i) * cv.k_hat.row(i);
-          qg.row(i) = std::exp(cv.G(i)) * cv.q_hat.row(i);
-          kbg.row(i) = cv.beta(i) * std::exp(cv.G(i)) * cv.k_hat.row(i);
-        }
-        Mat const dv_new = intra_p(cv).transpose() * d_o + kg * dh;
-        Mat const y = cv.T.transpose() * dv_new;
-        for (Index i = 0; i < c.len; ++i) y_all.vec({c.start + i, j}) = y.row(i).transpose();
-        dh = qg.transpose() * d_o + cv.gamma() * dh - kbg.transpose() * y;
-      }
-      if (in.initial_state.defined()) grads.dinitial_state.mat({n, j}) = dh;
-    }
-  }
-  for (Index t = 0; t < T; ++t) {
-    for (Index j = 0; j < Hv; ++j) grads.dv.vec({t, j}) = in.beta({t, j}) * y_all.vec({t, j});
-  }
-
-  // (c) per chunk and value head.
-  Tensor dq_hat({T, Hv, K}), dk_hat({T, Hv, K});  // per value head, summed over the group in (d)
-  for (Index ci = 0; ci < NC; ++ci) {
-    Chunk const& c = chunks[ci];
-    Index const L = c.len;
-    for (Index j = 0; j < Hv; ++j) {
-      ChunkView const cv = view(in, s, c, j, false);
-      Mat const d_o = do_of(c, j), vn = v_new_of(c, j), h = s.h.mat({ci, j}), dhn = dh_next.mat({ci, j});
-      Mat y(L, V);
-      for (Index i = 0; i < L; ++i) y.row(i) = y_all.vec({c.start + i, j}).transpose();
-      Mat const P = intra_p(cv), A_hat = intra_a_hat(cv);
-      Mat const D1 = d_o * vn.transpose(), D2 = y * vn.transpose();
-      Mat const S1 = d_o * h.transpose(), S2 = y * h.transpose(), S3 = vn * dhn.transpose();  // [L, K]
-      Mat dP(L, L), B(L, L);  // dP ⊙ decay (i >= j); B = β_i dA_ij decay (i > j)
-      Vec dG = Vec::Zero(L), dbeta = Vec::Zero(L);
-      for (Index i = 0; i < L; ++i) {
-        for (Index jj = 0; jj < L; ++jj) {
-          double const e = cv.decay(i, jj);
-          dP(i, jj) = D1(i, jj) * e;
-          double const dA = i > jj ? -D2(i, jj) : 0.0;
-          B(i, jj) = cv.beta(i) * dA * e;
-          double const E = D1(i, jj) * P(i, jj) + dA * cv.beta(i) * A_hat(i, jj);  // dP∘P + dA∘A
-          dG(i) += E;
-          dG(jj) -= E;
-          dbeta(i) += dA * A_hat(i, jj);
-        }
-      }
-      Mat dq = dP * cv.k_hat, dk = dP.transpose() * cv.q_hat + (B + B.transpose()) * cv.k_hat;
-      double last = cv.gamma() * (h.array() * dhn.array()).sum();
-      for (Index i = 0; i < L; ++i) {
-        double const Gi = std::exp(cv.G(i)), bG = cv.beta(i) * Gi, sk = cv.to_end(i);
-        dq.row(i) += Gi * S1.row(i);
-        dk.row(i) += -bG * S2.row(i) + sk * S3.row(i);
-        double const ks3 = sk * cv.k_hat.row(i).dot(S3.row(i));
-        dG(i) += Gi * cv.q_hat.row(i).dot(S1.row(i)) - bG * cv.k_hat.row(i).dot(S2.row(i)) - ks3;
-        last += ks3;
-        dbeta(i) += -Gi * cv.k_hat.row(i).dot(S2.row(i)) + cv.v.row(i).dot(y.row(i));
-      }
-      dG(L - 1) += last;
-      double acc = 0;
-      for (Index i = L - 1; i >= 0; --i) {
-        Index const t = c.start + i;
-        grads.dg({t, j}) = acc += dG(i);
-        grads.dbeta({t, j}) = dbeta(i);
-        dq_hat.vec({t, j}) = dq.row(i).transpose();
-        dk_hat.vec({t, j}) = dk.row(i).transpose();
-      }
-    }
-  }
-
-  // (d) the group sum in head order, the scale, the l2norm backward: dx = r (dy − x̂ (x̂·dy)) with x̂ = r x.
-  for (Index t = 0; t < T; ++t) {
-    for (Index h = 0; h < Hk; ++h) {
-      Vec dq = Vec::Zero(K), dk = Vec::Zero(K);
-      for (Index j = h * group; j < (h + 1) * group; ++j) {
-        dq += dq_hat.vec({t, j});
-        dk += dk_hat.vec({t, j});
-      }
-      dq *= in.scale;
-      auto l2norm_bwd = [&](Vec const& dy, Tensor const& x, double r) -> Vec {
-        if (!in.use_qk_l2norm) return dy;
-        Vec const xh = r * x.vec({t, h});
-        return r * (dy - xh * xh.dot(dy));
-      };
-      grads.dq.vec({t, h}) = l2norm_bwd(dq, in.q, s.q_rstd({t, h}));
-      grads.dk.vec({t, h}) = l2norm_bwd(dk, in.k, s.k_rstd({t, h}));
-    }
-  }
-  return grads;
-}
 
 struct ChunkedCase {
   std::string name;
@@ -325,8 +34,8 @@ void PrintTo(ChunkedCase const& c, std::ostream* os) { *os << c.name; }
 
 // Drawn as the model feeds the op (reference/gated_delta_test.cpp does the same): g in [−1.2, 0], β in (0, 1),
 // scale = K^−1/2, unit-scale q and k without l2norm.
-Inputs draw(ChunkedCase const& c, std::mt19937_64& rng) {
-  Inputs in;
+ref::GatedDeltaChunkedInputs draw(ChunkedCase const& c, std::mt19937_64& rng) {
+  ref::GatedDeltaChunkedInputs in;
   in.cu_seqlens = cu_seqlens_from_lengths(c.lengths);
   Index const T = in.cu_seqlens.back(), N = Index(c.lengths.size());
   double const sd = c.use_qk_l2norm ? 1.0 : 1.0 / std::sqrt(double(c.K));
@@ -357,8 +66,8 @@ void expect_close(std::string const& name, Tensor const& got, Tensor const& want
 }
 
 void expect_chunked_matches_recurrence(ChunkedCase const& c, std::mt19937_64& rng) {
-  Inputs const in = draw(c, rng);
-  ChunkedOut const fwd = chunked_fwd(in, c.chunk);
+  ref::GatedDeltaChunkedInputs const in = draw(c, rng);
+  ref::GatedDeltaChunkedOut const fwd = ref::gated_delta_chunked_fwd(in, c.chunk);
   ref::GatedDeltaOut const want = ref::gated_delta_fwd(in.q, in.k, in.v, in.g, in.beta, in.cu_seqlens, in.scale,
                                                        in.use_qk_l2norm, in.initial_state, true);
   auto const& cu = in.cu_seqlens;
@@ -367,7 +76,7 @@ void expect_chunked_matches_recurrence(ChunkedCase const& c, std::mt19937_64& rn
 
   Tensor const dout = randn(want.o.shape(), rng);
   Tensor const dfinal_state = c.with_dfinal_state ? randn(want.final_state.shape(), rng) : Tensor();
-  ref::GatedDeltaGrads const got = chunked_bwd(in, fwd.saved, dout, dfinal_state, c.chunk);
+  ref::GatedDeltaGrads const got = ref::gated_delta_chunked_bwd(in, fwd.saved, dout, dfinal_state, c.chunk);
   ref::GatedDeltaGrads const grads = ref::gated_delta_bwd(dout, dfinal_state, in.q, in.k, in.v, in.g, in.beta, cu,
                                                           in.scale, in.use_qk_l2norm, in.initial_state);
   expect_close("dq " + c.name, got.dq, grads.dq, cu, true);

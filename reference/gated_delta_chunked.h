@@ -1,0 +1,45 @@
+// The chunked gated delta rule that kernels/gated_delta/ computes, forward and backward, emulated in fp64 with the
+// kernels' decomposition: the tensors the forward saves, the reverse chunk recurrence, the per-chunk gradients and the
+// ordered GQA sum. It is the kernels' algorithm written for clarity, and tests/reference/gated_delta_chunked_test.cpp
+// proves it equal to the naive recurrence of reference/gated_delta.h without a GPU. The chunk size is a parameter:
+// small chunks put many chunk boundaries into short examples.
+#pragma once
+
+#include "reference/gated_delta.h"
+#include "reference/tensor.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace fusepack::ref {
+
+struct GatedDeltaChunkedInputs {
+  Tensor q, k, v, g, beta, initial_state;  // initial_state may be undefined
+  std::vector<std::int32_t> cu_seqlens;
+  double scale = 1;
+  bool use_qk_l2norm = true;
+  Index Hk() const { return q.size(1); }
+  Index Hv() const { return v.size(1); }
+  Index K() const { return q.size(2); }
+  Index V() const { return v.size(2); }
+};
+
+// What the forward saves for the backward, laid out as GatedDeltaFwdParams defines it (Ainv: [T, Hv, chunk], the
+// values whose bf16 parts the fused forward saves), plus gcum, the forward's in-chunk cumsum of g, which the backward
+// does not read: like the fp32 kernels (which sum in fp64 there), it sums g within the chunk itself.
+struct GatedDeltaChunkedSaved {
+  Tensor q_rstd, k_rstd, gcum, Ainv, h, v_new;
+};
+
+struct GatedDeltaChunkedOut {
+  Tensor o, final_state;
+  GatedDeltaChunkedSaved saved;
+};
+
+// The forward, chunk by chunk (chunks of at most `chunk` tokens, never across examples).
+GatedDeltaChunkedOut gated_delta_chunked_fwd(GatedDeltaChunkedInputs const& in, Index chunk);
+// The backward from the inputs and the saved tensors only, as the kernels compute it (steps in the .cpp).
+GatedDeltaGrads gated_delta_chunked_bwd(GatedDeltaChunkedInputs const& in, GatedDeltaChunkedSaved const& s,
+                                        Tensor const& dout, Tensor const& dfinal_state, Index chunk);
+
+}  // namespace fusepack::ref
