@@ -138,6 +138,10 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(AttentionCase{"hq4_hkv2_d8_gate_seqs_1_5_9", Dtype::kF64, 4, 2, 8, true, {1, 5, 9}},
                       AttentionCase{"hq6_hkv1_d8_gate_seqs_3_7", Dtype::kF64, 6, 1, 8, true, {3, 7}},
                       AttentionCase{"hq3_hkv3_d5_nogate_seqs_1_1_4", Dtype::kF64, 3, 3, 5, false, {1, 1, 4}},
+                      // Grouped heads with several kv heads: query head h reads kv head h / (Hq / Hkv), a layout that
+                      // h % Hkv (interleaved) gets wrong only when both Hkv > 1 and Hq / Hkv > 1.
+                      AttentionCase{"hq6_hkv3_d4_gate_seqs_2_6", Dtype::kF64, 6, 3, 4, true, {2, 6}},
+                      AttentionCase{"hq8_hkv2_d4_nogate_seqs_5_1_3", Dtype::kF64, 8, 2, 4, false, {5, 1, 3}},
                       AttentionCase{
                           "hq2_hkv1_d4_gate_seqs_3_0_2_empty_example", Dtype::kF64, 2, 1, 4, true, {3, 0, 2}}),
     [](auto const& tc) { return tc.param.name; });
@@ -280,18 +284,6 @@ TEST(AttentionFused, GateIsBitwiseDeterministicInDefaultMode) {
               at::equal(a.dv, b.dv) ? "yes" : "no");
 }
 
-// `fn` must throw a c10::Error whose message contains `substring`; the message is printed for the log's reader.
-void expect_error(std::function<void()> const& fn, std::string const& substring) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected a c10::Error containing '" << substring << "'";
-  } catch (c10::Error const& e) {
-    std::string const what = e.what_without_backtrace();
-    std::printf("[  error   ] %s\n", what.c_str());
-    EXPECT_NE(what.find(substring), std::string::npos) << "message: " << what;
-  }
-}
-
 struct BadInputs {
   at::Tensor q, k, v, gate, cu;
   int64_t max_seqlen = 3;
@@ -319,38 +311,38 @@ TEST(AttentionOps, RejectsBadInput) {
   BadInputs b = good;
   b.k = at::randn({5, 4, 8});
   b.v = at::randn({5, 4, 8});
-  expect_error(b.call(), "must be a positive multiple of the key/value heads Hkv=4");
+  expect_torch_error(b.call(), "must be a positive multiple of the key/value heads Hkv=4");
   b = good;
   b.k = at::randn({5, 2, 4});
-  expect_error(b.call(), "k has shape [5, 2, 4]; expected 8 in dimension 2");
+  expect_torch_error(b.call(), "k has shape [5, 2, 4]; expected 8 in dimension 2");
   b = good;
   b.v = at::randn({5, 2, 6});
-  expect_error(b.call(), "v has shape [5, 2, 6]; expected 8 in dimension 2");
+  expect_torch_error(b.call(), "v has shape [5, 2, 6]; expected 8 in dimension 2");
   b = good;
   b.gate = at::randn({5, 6, 4});
-  expect_error(b.call(), "gate has shape [5, 6, 4]");
+  expect_torch_error(b.call(), "gate has shape [5, 6, 4]");
   b = good;
   b.k = good.k.to(at::kDouble);
-  expect_error(b.call(), "k has dtype");
+  expect_torch_error(b.call(), "k has dtype");
   b = good;
   b.cu = good.cu.to(at::kLong);
-  expect_error(b.call(), "cu_seqlens must be int32");
+  expect_torch_error(b.call(), "cu_seqlens must be int32");
   b = good;
   b.cu = at::tensor(std::vector<int32_t>{0, 2, 4}, at::kInt);
-  expect_error(b.call(), "cu_seqlens must end at the number of tokens T=5");
+  expect_torch_error(b.call(), "cu_seqlens must end at the number of tokens T=5");
   b = good;
   b.cu = at::tensor(std::vector<int32_t>{0, 3, 2, 5}, at::kInt);
-  expect_error(b.call(), "cu_seqlens must be non-decreasing");
+  expect_torch_error(b.call(), "cu_seqlens must be non-decreasing");
   b = good;
   b.max_seqlen = 2;
-  expect_error(b.call(), "max_seqlen=2 is smaller than the longest example (3 tokens, example 1");
+  expect_torch_error(b.call(), "max_seqlen=2 is smaller than the longest example (3 tokens, example 1");
   b = good;
   b.scale = 0;
-  expect_error(b.call(), "scale must be positive");
+  expect_torch_error(b.call(), "scale must be positive");
   // The fused backend never falls back: CPU tensors are refused with the reason.
   b = good;
   b.backend = Backend::kFused;
-  expect_error(b.call(), "fused");
+  expect_torch_error(b.call(), "fused");
 }
 
 TEST(AttentionFused, RejectsWhatFlashAttentionCannotRun) {
@@ -358,7 +350,7 @@ TEST(AttentionFused, RejectsWhatFlashAttentionCannotRun) {
   auto const opts = at::TensorOptions().device(at::kCUDA);
   BadInputs b = good_inputs(opts.dtype(at::kFloat));
   b.backend = Backend::kFused;
-  expect_error(b.call(), "fp16 and bf16 kernels only");
+  expect_torch_error(b.call(), "fp16 and bf16 kernels only");
   for (int64_t D : {12, 264}) {
     b = good_inputs(opts.dtype(at::kBFloat16));
     b.backend = Backend::kFused;
@@ -366,12 +358,12 @@ TEST(AttentionFused, RejectsWhatFlashAttentionCannotRun) {
     b.k = at::randn({5, 2, D}, opts.dtype(at::kBFloat16));
     b.v = at::randn({5, 2, D}, opts.dtype(at::kBFloat16));
     b.gate = at::randn({5, 6, D}, opts.dtype(at::kBFloat16));
-    expect_error(b.call(), "multiple of 8 and at most 256; got D=" + std::to_string(D));
+    expect_torch_error(b.call(), "multiple of 8 and at most 256; got D=" + std::to_string(D));
   }
   b = good_inputs(opts.dtype(at::kBFloat16));
   b.backend = Backend::kFused;
   b.cu = b.cu.cpu();
-  expect_error(b.call(), "needs cu_seqlens on q's device");
+  expect_torch_error(b.call(), "needs cu_seqlens on q's device");
 }
 
 }  // namespace

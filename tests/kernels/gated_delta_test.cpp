@@ -471,18 +471,6 @@ TEST(GatedDeltaFused, RebuildsTheChunkTableWhenCuSeqlensIsWrittenInPlace) {
 // ---------------------------------------------------------------------------------------------------------------
 // Bad input, refused before anything runs, with the reason.
 
-// `fn` must throw a c10::Error whose message contains `substring`; the message is printed for the log's reader.
-void expect_error(std::function<void()> const& fn, std::string const& substring) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected a c10::Error containing '" << substring << "'";
-  } catch (c10::Error const& e) {
-    std::string const what = e.what_without_backtrace();
-    std::printf("[  error   ] %s\n", what.c_str());
-    EXPECT_NE(what.find(substring), std::string::npos) << "message: " << what;
-  }
-}
-
 struct BadInputs {
   at::Tensor q, k, v, g, beta, cu, initial_state;
   double scale = 0.5;
@@ -518,61 +506,62 @@ TEST(GatedDeltaOps, RejectsBadInput) {
   b.initial_state = at::Tensor();
   b.q = at::randn({5, 4, 8});
   b.k = at::randn({5, 4, 8});
-  expect_error(b.call(), "the value heads Hv=6 (v dimension 1) must be a positive multiple of the key heads Hk=4");
+  expect_torch_error(b.call(),
+                     "the value heads Hv=6 (v dimension 1) must be a positive multiple of the key heads Hk=4");
   b = good;
   b.k = at::randn({5, 2, 6});
-  expect_error(b.call(), "k has shape [5, 2, 6]; expected 8 in dimension 2");
+  expect_torch_error(b.call(), "k has shape [5, 2, 6]; expected 8 in dimension 2");
   b = good;
   b.v = at::randn({4, 4, 8});
-  expect_error(b.call(), "v has shape [4, 4, 8]; expected 5 in dimension 0");
+  expect_torch_error(b.call(), "v has shape [4, 4, 8]; expected 5 in dimension 0");
   b = good;
   b.g = at::zeros({5, 2});
-  expect_error(b.call(), "g has shape [5, 2]; expected 4 in dimension 1");
+  expect_torch_error(b.call(), "g has shape [5, 2]; expected 4 in dimension 1");
   b = good;
   b.v = good.v.to(at::kBFloat16);
-  expect_error(b.call(), "v has dtype BFloat16 but q has Float");
+  expect_torch_error(b.call(), "v has dtype BFloat16 but q has Float");
   b = good;
   b.g = good.g.to(at::kBFloat16);
-  expect_error(b.call(), "g must be Float; got BFloat16");
+  expect_torch_error(b.call(), "g must be Float; got BFloat16");
   b = good;
   b.beta = good.beta.to(at::kDouble);
-  expect_error(b.call(), "beta has dtype Double but q has Float");
+  expect_torch_error(b.call(), "beta has dtype Double but q has Float");
   b = good;
   b.initial_state = good.initial_state.to(at::kDouble);
-  expect_error(b.call(), "initial_state must be Float; got Double");
+  expect_torch_error(b.call(), "initial_state must be Float; got Double");
   b = good;
   b.initial_state = at::zeros({3, 4, 8, 8});
-  expect_error(b.call(), "initial_state has shape [3, 4, 8, 8]; expected 2 in dimension 0");
+  expect_torch_error(b.call(), "initial_state has shape [3, 4, 8, 8]; expected 2 in dimension 0");
   b = good;
   b.cu = good.cu.to(at::kLong);
-  expect_error(b.call(), "cu_seqlens must be int32");
+  expect_torch_error(b.call(), "cu_seqlens must be int32");
   b = good;
   b.cu = at::tensor(std::vector<int32_t>{0, 3, 2, 5}, at::kInt);
-  expect_error(b.call(), "cu_seqlens must be non-decreasing; got cu_seqlens[1]=3 > cu_seqlens[2]=2");
+  expect_torch_error(b.call(), "cu_seqlens must be non-decreasing; got cu_seqlens[1]=3 > cu_seqlens[2]=2");
   b = good;
   b.cu = at::tensor(std::vector<int32_t>{0, 2, 4}, at::kInt);
-  expect_error(b.call(), "cu_seqlens must end at the number of tokens T=5; got cu_seqlens[2]=4");
+  expect_torch_error(b.call(), "cu_seqlens must end at the number of tokens T=5; got cu_seqlens[2]=4");
   b = good;
   b.cu = at::tensor(std::vector<int32_t>{1, 2, 5}, at::kInt);
-  expect_error(b.call(), "cu_seqlens must start at 0");
+  expect_torch_error(b.call(), "cu_seqlens must start at 0");
   for (double scale : {0.0, -1.0, std::nan("")}) {
     b = good;
     b.scale = scale;
-    expect_error(b.call(), "scale must be positive and finite");
+    expect_torch_error(b.call(), "scale must be positive and finite");
   }
   // The fused backend never falls back: sizes it has no kernel for are refused with K and V named, CPU tensors with
   // the reason.
   b = good;
   b.backend = Backend::kFused;
-  expect_error(b.call(), "the fused kernel supports K = V in {64, 128}; got K=8 (q dimension 2) and V=8");
+  expect_torch_error(b.call(), "the fused kernel supports K = V in {64, 128}; got K=8 (q dimension 2) and V=8");
   BadInputs wide = good_inputs(at::TensorOptions().dtype(at::kFloat), 128);
   wide.backend = Backend::kFused;
   wide.v = at::randn({5, 4, 64});
   wide.initial_state = at::Tensor();
-  expect_error(wide.call(), "got K=128 (q dimension 2) and V=64 (v dimension 2)");
+  expect_torch_error(wide.call(), "got K=128 (q dimension 2) and V=64 (v dimension 2)");
   wide = good_inputs(at::TensorOptions().dtype(at::kFloat), 128);
   wide.backend = Backend::kFused;
-  expect_error(wide.call(), "CUDA");
+  expect_torch_error(wide.call(), "CUDA");
 }
 
 // fp64 q may bring g and the state in fp64 (the state is then fp64 throughout) or in fp32.
@@ -587,7 +576,7 @@ TEST(GatedDeltaOps, Fp64InputTakesFp32OrFp64DecayAndState) {
   EXPECT_EQ(r.o.scalar_type(), at::kDouble);
   EXPECT_EQ(r.final_state.scalar_type(), at::kDouble);
   b.g = b.g.to(at::kHalf);
-  expect_error(b.call(), "g must be Float or Double (q is Double); got Half");
+  expect_torch_error(b.call(), "g must be Float or Double (q is Double); got Half");
 }
 
 TEST(GatedDeltaFused, RejectsCuSeqlensOnAnotherDevice) {
@@ -595,11 +584,11 @@ TEST(GatedDeltaFused, RejectsCuSeqlensOnAnotherDevice) {
   BadInputs b = good_inputs(at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA), 128);
   b.backend = Backend::kFused;
   b.cu = b.cu.cpu();
-  expect_error(b.call(), "the fused kernel needs cu_seqlens on q's device");
+  expect_torch_error(b.call(), "the fused kernel needs cu_seqlens on q's device");
   b = good_inputs(at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA), 128);
   b.backend = Backend::kFused;
   b.q = b.q.transpose(0, 1).contiguous().transpose(0, 1);
-  expect_error(b.call(), "the fused kernel needs q contiguous");
+  expect_torch_error(b.call(), "the fused kernel needs q contiguous");
 }
 
 }  // namespace

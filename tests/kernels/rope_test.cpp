@@ -14,9 +14,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <ostream>
+#include <random>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -102,6 +104,30 @@ TEST(RopeComposite, MatchesReferenceOnCpuInFp64) {
   }
 }
 
+// A second witness over random shapes: heads, head size, rotated channels (even, up to the head size), theta and the
+// pack's lengths drawn per round from the test's seed; the tolerance is the fixed cases' (same arithmetic).
+TEST(RopeComposite, MatchesReferenceOnRandomShapesAndPacks) {
+  auto rng = test_rng();
+  at::Device const cpu(at::kCPU);
+  auto uniform = [&rng](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  for (int round = 0; round < 24; ++round) {
+    int64_t const H = uniform(1, 5), D = 2 * uniform(1, 12), rotary_dim = 2 * uniform(1, static_cast<int>(D / 2));
+    double const theta = std::pow(10.0, uniform(2, 7));
+    std::vector<int> lengths(static_cast<std::size_t>(uniform(1, 4)));
+    for (int& l : lengths) l = uniform(1, 9);
+    std::vector<int64_t> const pos = positions_from_lengths(lengths);
+    int64_t const T = static_cast<int64_t>(pos.size());
+    SCOPED_TRACE("round " + std::to_string(round) + ": H " + std::to_string(H) + ", D " + std::to_string(D) +
+                 ", rotary " + std::to_string(rotary_dim) + ", T " + std::to_string(T));
+    Tensor const x = randn({T, H, D}, rng), dy = randn({T, H, D}, rng);
+    RopeRun const r = run(Backend::kComposite, to_torch(x, at::kDouble, cpu), positions_tensor(pos, cpu), rotary_dim,
+                          theta, to_torch(dy, at::kDouble, cpu));
+    Tolerance const tol{1e-9, 0};
+    FUSEPACK_EXPECT_PASS(compare_allclose("y", to_ref(r.y), ref::rope_fwd(x, pos, rotary_dim, theta), tol));
+    FUSEPACK_EXPECT_PASS(compare_allclose("dx", to_ref(r.dx), ref::rope_bwd(dy, pos, rotary_dim, theta), tol));
+  }
+}
+
 TEST(RopeComposite, HandlesNoTokens) {
   at::Tensor const x = at::randn({0, 4, 16}, at::kDouble), pos = at::zeros({0}, at::kLong);
   RopeRun const r = run(Backend::kComposite, x, pos, 8, 1e7, at::randn({0, 4, 16}, at::kDouble));
@@ -183,34 +209,22 @@ TEST(RopeFused, BackwardIsBitwiseDeterministic) {
   EXPECT_TRUE(at::equal(a.dx, b.dx));
 }
 
-// `fn` must throw a c10::Error whose message contains `substring`; the message is printed for the log's reader.
-void expect_error(std::function<void()> const& fn, std::string const& substring) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected a c10::Error containing '" << substring << "'";
-  } catch (c10::Error const& e) {
-    std::string const what = e.what_without_backtrace();
-    std::printf("[  error   ] %s\n", what.c_str());
-    EXPECT_NE(what.find(substring), std::string::npos) << "message: " << what;
-  }
-}
-
 TEST(RopeOps, RejectsBadInput) {
   at::Tensor const x = at::randn({5, 2, 16}), pos = at::arange(5, at::kLong);
   auto rope = [&](at::Tensor const& xx, at::Tensor const& pp, int64_t r, double theta, Backend b) {
     return [=] { ops::rope(xx, pp, r, theta, b); };
   };
-  expect_error(rope(x, pos, 7, 1e7, Backend::kComposite), "rotary_dim must be even");
-  expect_error(rope(x, pos, 18, 1e7, Backend::kComposite), "rotary_dim must be in 2..D = 2..16");
-  expect_error(rope(x, pos, 0, 1e7, Backend::kComposite), "rotary_dim must be in 2..D");
-  expect_error(rope(x, at::arange(4, at::kLong), 8, 1e7, Backend::kComposite),
-               "position_ids must have shape [T] = [5]");
-  expect_error(rope(x, at::arange(5, at::kInt), 8, 1e7, Backend::kComposite), "position_ids must be int64");
-  expect_error(rope(x, pos, 8, 0.0, Backend::kComposite), "theta must be positive");
-  expect_error(rope(at::randn({5, 16}), pos, 8, 1e7, Backend::kComposite), "x must have 3 dimensions");
-  expect_error(rope(x.to(at::kInt), pos, 8, 1e7, Backend::kComposite), "x must be floating point");
+  expect_torch_error(rope(x, pos, 7, 1e7, Backend::kComposite), "rotary_dim must be even");
+  expect_torch_error(rope(x, pos, 18, 1e7, Backend::kComposite), "rotary_dim must be in 2..D = 2..16");
+  expect_torch_error(rope(x, pos, 0, 1e7, Backend::kComposite), "rotary_dim must be in 2..D");
+  expect_torch_error(rope(x, at::arange(4, at::kLong), 8, 1e7, Backend::kComposite),
+                     "position_ids must have shape [T] = [5]");
+  expect_torch_error(rope(x, at::arange(5, at::kInt), 8, 1e7, Backend::kComposite), "position_ids must be int64");
+  expect_torch_error(rope(x, pos, 8, 0.0, Backend::kComposite), "theta must be positive");
+  expect_torch_error(rope(at::randn({5, 16}), pos, 8, 1e7, Backend::kComposite), "x must have 3 dimensions");
+  expect_torch_error(rope(x.to(at::kInt), pos, 8, 1e7, Backend::kComposite), "x must be floating point");
   // The fused backend never falls back: CPU tensors are refused with the reason.
-  expect_error(rope(x, pos, 8, 1e7, Backend::kFused), "fused");
+  expect_torch_error(rope(x, pos, 8, 1e7, Backend::kFused), "fused");
 }
 
 }  // namespace
