@@ -4,11 +4,14 @@
 #pragma once
 
 #include "golden/compare.h"
+#include "trainer/checkpoint/safetensors.h"
 #include "trainer/model/batch.h"
 #include "trainer/train/config.h"
 #include "trainer/train/run.h"
 
 #include <ATen/ATen.h>
+
+#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
@@ -55,6 +58,16 @@ inline train::RunResult run_and_print(train::TrainConfig const& config, std::str
   train::RunResult r = train::run_training(config, options);
   if (r.comparison) std::printf("%s", r.comparison->table().c_str());
   return r;
+}
+
+// The checkpoints (files or folders) at `a` and `b` hold the same tensors, equal to the bit.
+inline void expect_same_tensors(std::string const& a, std::string const& b) {
+  checkpoint::Safetensors const x = checkpoint::read_checkpoint(a), y = checkpoint::read_checkpoint(b);
+  ASSERT_EQ(x.tensors.size(), y.tensors.size()) << a << " vs " << b;
+  for (auto const& [name, t] : x.tensors) {
+    ASSERT_EQ(y.tensors.count(name), 1u) << name;
+    EXPECT_TRUE(at::equal(t, y.tensors.at(name))) << name << ": " << a << " vs " << b;
+  }
 }
 
 // Max over steps of |run − golden| / |golden| for one field, printed so a tolerance's derivation can be re-measured.

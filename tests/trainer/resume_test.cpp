@@ -48,15 +48,6 @@ std::string step_dir(std::string const& save_dir, int steps) {
   return checkpoint::join(save_dir, name);
 }
 
-void expect_same_tensors(std::string const& a, std::string const& b) {
-  checkpoint::Safetensors const x = checkpoint::read_checkpoint(a), y = checkpoint::read_checkpoint(b);
-  ASSERT_EQ(x.tensors.size(), y.tensors.size()) << a << " vs " << b;
-  for (auto const& [name, t] : x.tensors) {
-    ASSERT_EQ(y.tensors.count(name), 1u) << name;
-    EXPECT_TRUE(at::equal(t, y.tensors.at(name))) << name << ": " << a << " vs " << b;
-  }
-}
-
 // The uninterrupted run, saving every step, with its final weights: what every resumed run must reproduce.
 struct Uninterrupted {
   std::string save_dir, output;
