@@ -1,4 +1,4 @@
-// The two batch layouts of DESIGN.md section 3, built from examples:
+// The two batch layouts of docs/contracts.md, batches, built from examples:
 //   PackedBatch  the optimized path: every example's tokens back to back in one row of T tokens, boundaries in
 //                cu_seqlens, positions restarting at 0 per example, labels shifted per example;
 //   PaddedBatch  the baseline: one example per row, right-padded to the longest.
@@ -28,8 +28,8 @@ struct PackedBatch {
   std::int64_t num_tokens() const { return static_cast<std::int64_t>(tokens.size()); }
   std::int64_t num_examples() const { return static_cast<std::int64_t>(example_ids.size()); }
   std::int64_t num_targets() const;  // labels != -100
-  // Checks every DESIGN section 3 invariant; throws std::invalid_argument "PackedBatch invariant '<name>' violated:
-  // ...".
+  // Checks every docs/contracts.md, batches invariant; throws std::invalid_argument "PackedBatch invariant '<name>'
+  // violated: ...".
   void validate() const;
 };
 
@@ -47,8 +47,8 @@ struct PaddedBatch {
   std::int64_t num_tokens() const;   // real (unpadded) tokens
   std::int64_t num_targets() const;  // labels != -100
   std::int64_t row_length(std::int64_t row) const;
-  // Checks every DESIGN section 3 invariant; throws std::invalid_argument "PaddedBatch invariant '<name>' violated:
-  // ...".
+  // Checks every docs/contracts.md, batches invariant; throws std::invalid_argument "PaddedBatch invariant '<name>'
+  // violated: ...".
   void validate() const;
 };
 

@@ -1,8 +1,8 @@
-// Epoch plans: which examples go into which batch, for the packed path and the padded baseline (DESIGN.md
-// section 3). An epoch is a seeded shuffle of the example indices; packed batches are filled from that stream by
-// bounded look-ahead first-fit (the open batch takes the first of the next `lookahead` waiting examples that fits),
-// so an example is never split, never dropped, and never waits behind more than lookahead-1 earlier examples. The
-// dataset is never sorted by length: sorting correlates neighbouring samples and biases training.
+// Epoch plans: which examples go into which batch, for the packed path and the padded baseline
+// (docs/contracts.md, batches). An epoch is a seeded shuffle of the example indices; packed batches are filled from that
+// stream by bounded look-ahead first-fit (the open batch takes the first of the next `lookahead` waiting examples that
+// fits), so an example is never split, never dropped, and never waits behind more than lookahead-1 earlier examples.
+// The dataset is never sorted by length: sorting correlates neighbouring samples and biases training.
 // Plans work on example lengths only, so a large dataset can be planned without holding its tokens.
 #pragma once
 

@@ -1,6 +1,6 @@
-// attention no-leak properties on random packings (DESIGN section 4, channel 1: block-diagonal causal visibility),
-// and the planted leak each must catch: plain causal attention over the pack, without the block-diagonal mask (the
-// HF transformers/TRL/Axolotl bug class of research/verification-anchors.md section 6).
+// attention no-leak properties on random packings (docs/contracts.md, no leakage, channel 1: block-diagonal causal
+// visibility), and the planted leak each must catch: plain causal attention over the pack, without the block-diagonal
+// mask (the bug class reported publicly in HF transformers, TRL and Axolotl packing).
 #include "properties/check.h"
 #include "properties/leak.h"
 #include "reference/attention.h"

@@ -108,7 +108,7 @@ void check_rc_planted(std::string const& bug, rc::detail::Property const& proper
   }
   if (result.match(success)) {
     FAIL() << "planted bug '" << bug << "' was NOT caught in " << success.numSuccess
-           << " cases: the property is too weak to count (DESIGN section 4)";
+           << " cases: the property is too weak to count (docs/contracts.md, no leakage)";
   }
   std::ostringstream os;
   rc::detail::printResultMessage(result, os);

@@ -5,7 +5,8 @@
 //     Every test prints the values it runs with.
 //   - check_property() fails the test with RapidCheck's shrunk counterexample when the property fails;
 //   - check_planted() runs a property against a deliberately leaky variant and fails the test unless RapidCheck finds
-//     a counterexample; it prints the shrunk counterexample (a property counts only if it can fail, DESIGN section 4).
+//     a counterexample; it prints the shrunk counterexample (a property counts only if it can fail:
+//     docs/contracts.md, no leakage).
 #pragma once
 
 #include <rapidcheck.h>

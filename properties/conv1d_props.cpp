@@ -1,6 +1,6 @@
-// conv1d no-leak properties on random packings (DESIGN section 4, channel 3: taps that fall in the previous example
-// contribute exactly 0), and the planted leak each must catch: the conv run over the pack as one sequence, so its
-// taps reach into the previous example.
+// conv1d no-leak properties on random packings (docs/contracts.md, no leakage, channel 3: taps that fall in the
+// previous example contribute exactly 0), and the planted leak each must catch: the conv run over the pack as one
+// sequence, so its taps reach into the previous example.
 #include "properties/check.h"
 #include "properties/leak.h"
 #include "reference/conv1d.h"

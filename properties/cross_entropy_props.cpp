@@ -1,8 +1,8 @@
-// cross_entropy no-leak properties on random datasets packed by packing/ (DESIGN section 4, channels 5 and 6: no
-// target crosses an example; the loss is normalized per token over the whole step), and the planted leaks they must
-// catch:
-//   - labels shifted once over the pack instead of per example (the torchtune PR #2613 bug of
-//     research/verification-anchors.md section 6): each example's last token gets the next example's first token as
+// cross_entropy no-leak properties on random datasets packed by packing/ (docs/contracts.md, no leakage, channels 5 and
+// 6: no target crosses an example; the loss is normalized per token over the whole step), and the planted leaks they
+// must catch:
+//   - labels shifted once over the pack instead of per example (the bug fixed by torchtune
+//     PR #2613): each example's last token gets the next example's first token as
 //     its target;
 //   - the loss averaged per micro-batch instead of per token (the HF transformers PR #34191 gradient-accumulation bug).
 // Logits are drawn per (example, position), so an example's logits are the same wherever it is packed.

@@ -1,6 +1,6 @@
-// gated_delta no-leak properties on random packings (DESIGN section 4, channel 2: the recurrent state is zero, or the
-// example's own initial state, at each example start), and the planted leak each must catch: a recurrence that never
-// resets its state, so every example starts from the previous example's final state.
+// gated_delta no-leak properties on random packings (docs/contracts.md, no leakage, channel 2: the recurrent state is
+// zero, or the example's own initial state, at each example start), and the planted leak each must catch: a recurrence
+// that never resets its state, so every example starts from the previous example's final state.
 #include "properties/check.h"
 #include "properties/leak.h"
 #include "reference/gated_delta.h"

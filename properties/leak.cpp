@@ -132,7 +132,7 @@ std::string lengths_str(std::vector<std::int32_t> const& lengths) {
 
 Packing draw_packing(PackingLimits const& limits) {
   Packing const packing = *gen::packing(limits);
-  // Printed with the number of passing cases: how often the degenerate cases of DESIGN section 5 came up.
+  // Printed with the number of passing cases: how often the degenerate cases of docs/contracts.md, numerics came up.
   auto const& l = packing.lengths;
   RC_CLASSIFY(l.size() == 1, "one example");
   RC_CLASSIFY(std::count(l.begin(), l.end(), 1) > 0, "a length-1 example");

@@ -1,6 +1,6 @@
-// The no-leak properties of DESIGN section 4 for any op over a packed batch, written once against the PackedOp
-// interface: the fp64 references implement it here, GPU kernels can implement it in their tests. Each property draws
-// a random packing (and activations from a seed) inside a RapidCheck case and asserts with RC_ASSERT/RC_FAIL:
+// The no-leak properties of docs/contracts.md, no leakage for any op over a packed batch, written once against the
+// PackedOp interface: the fp64 references implement it here, GPU kernels can implement it in their tests. Each property
+// draws a random packing (and activations from a seed) inside a RapidCheck case and asserts with RC_ASSERT/RC_FAIL:
 //   isolation               every example's outputs and input gradients in the pack equal those computed alone;
 //   perturbation invariance replacing example j (new values, possibly a new length) leaves every other example's
 //                           outputs and input gradients bitwise unchanged;

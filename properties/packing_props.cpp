@@ -1,5 +1,5 @@
-// Packing invariants (DESIGN section 3) on random datasets with random supervision masks and random packer options,
-// for the packed path and the padded baseline, and the planted packer bug each must catch:
+// Packing invariants (docs/contracts.md, batches) on random datasets with random supervision masks and random packer
+// options, for the packed path and the padded baseline, and the planted packer bug each must catch:
 //   every supervised token once per epoch, in order   a packer that splits an example; one that drops an example
 //   the token budget holds                            a packer that closes a batch only once it is over the budget
 //   cu_seqlens, seq_idx, position_ids agree           positions not restarting (0..T-1 over the pack)

@@ -1,11 +1,11 @@
-// rope no-leak properties on random packings (DESIGN section 4, channel 4: positions restart at 0 in every example),
-// and the planted leaks they must catch:
-//   - positions not restarting (0..T-1 over the pack; the LLaMA-Factory neat_packing and Megatron RoPE bugs of
-//     research/verification-anchors.md section 6) for isolation and perturbation invariance (replacing an example by
-//     one of another length shifts every later example's positions);
+// rope no-leak properties on random packings (docs/contracts.md, no leakage, channel 4: positions restart at 0 in every
+// example), and the planted leaks they must catch:
+//   - positions not restarting (0..T-1 over the pack; the bug class reported publicly in LLaMA-Factory's
+//     neat_packing and Megatron's RoPE) for isolation and perturbation invariance (replacing an example by one of
+//     another length shifts every later example's positions);
 //   - for the zero cross-gradient: rope acts on each token alone, so no position bug can move a gradient between
-//     tokens; the planted leak is an out-of-example read (DESIGN section 4, channel 7): a backward that adds the
-//     previous token's gradient at every example start, as a tiled kernel with a one-token halo would.
+//     tokens; the planted leak is an out-of-example read (docs/contracts.md, no leakage, channel 7): a backward that
+//     adds the previous token's gradient at every example start, as a tiled kernel with a one-token halo would.
 #include "properties/check.h"
 #include "properties/leak.h"
 #include "reference/rope.h"

@@ -1,7 +1,7 @@
 // Token cross-entropy with ignored targets, fp64 reference. Labels are the already-shifted targets of a
 // PackedBatch (labels[t] is the token that logits[t] must predict, or ignore_index).
 //   loss_sum = Σ_{t: labels[t] != ignore_index} (logsumexp(logits[t]) − logits[t, labels[t]])
-// The caller divides by the number of targets counted over the whole optimizer step (DESIGN section 3).
+// The caller divides by the number of targets counted over the whole optimizer step (docs/contracts.md, batches).
 #pragma once
 
 #include "reference/tensor.h"

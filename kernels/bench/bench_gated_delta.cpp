@@ -87,7 +87,7 @@ void bench_gated_delta(Report& report) {
     bench_shape(report, s);
   }
   std::printf(
-      "gated_delta anchors (Hk=16 Hv=32 K=V=128 bf16, research/kernels-anchors.md 1h): HF torch fallback 6.70 ms fwd / "
+      "gated_delta anchors (Hk=16 Hv=32 K=V=128 bf16): HF torch fallback 6.70 ms fwd / "
       "30.3 ms fwd+bwd at 8x1024 (padded batch, no packing support); published H200 numbers, FLA 0.5.1: fwd 0.47 ms "
       "(1x8192) / 0.50 ms (8x1024), bwd 1.44 / 1.50 ms; FlashQLA: fwd 0.28 / 0.18 ms, bwd 0.79 / 0.76 ms\n");
 }

@@ -262,8 +262,8 @@ __global__ void __launch_bounds__(kBwdThreads, kBwdMinBlocks) conv1d_bwd_channel
 
 // dweight[e] = Σ_b partial[b, e] in a fixed order: groups of kGroup consecutive partials summed in index order, then
 // the group sums in index order; zeros when there are no partials (T = 0). One running sum over the 64 partials
-// T = 8192 once had used 80% of the DESIGN section 5 budget (each add can lose an ulp of the growing total); the two-level sum
-// adds at most kGroup + num_partials / kGroup terms to any running sum.
+// T = 8192 once had used 80% of the docs/contracts.md, numerics budget (each add can lose an ulp of the growing total);
+// the two-level sum adds at most kGroup + num_partials / kGroup terms to any running sum.
 template <typename T>
 __global__ void conv1d_bwd_reduce_dweight(float const* partial, std::int64_t num_partials, std::int64_t n,
                                           T* dweight) {

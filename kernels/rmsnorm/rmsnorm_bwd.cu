@@ -119,7 +119,7 @@ __global__ void __launch_bounds__(1024)
   sums[threadIdx.y][threadIdx.x] = s;
   __syncthreads();
   // Pairwise, in a fixed order: a running fp32 sum of 32 terms loses up to an ulp of the total per add (seen: 117%
-  // of the DESIGN section 5 budget on [37, 5120] fp32, where ATen's tree-shaped sum stayed within it).
+  // of the docs/contracts.md, numerics budget on [37, 5120] fp32, where ATen's tree-shaped sum stayed within it).
   for (int stride = 16; stride > 0; stride >>= 1) {
     if (threadIdx.y < stride) sums[threadIdx.y][threadIdx.x] += sums[threadIdx.y + stride][threadIdx.x];
     __syncthreads();

@@ -79,7 +79,7 @@ std::uint64_t mix(std::initializer_list<std::uint64_t> words);
 // Activations are drawn from a seed rather than generated value by value: a counterexample then reads as shapes,
 // lengths and one seed, and shrinking a length keeps every other example's values. Every value is a bfloat16 number
 // (8 significant bits), so a kernel test can feed the same bits to a bf16, fp16-range or fp32 kernel and widen them for
-// the fp64 reference (DESIGN section 5).
+// the fp64 reference (docs/contracts.md, numerics).
 double round_to_bf16(double x);
 ref::Tensor normal_tensor(ref::Shape shape, std::uint64_t seed, double stddev = 1.0);
 ref::Tensor uniform_tensor(ref::Shape shape, std::uint64_t seed, double lo, double hi);

@@ -1,4 +1,4 @@
-// End to end on the CPU (DESIGN.md section 7): the packed composite path reproduces the committed padded golden
+// End to end on the CPU (docs/contracts.md, goldens): the packed composite path reproduces the committed padded golden
 // (golden/qwen35-tiny-padded.json, written by golden/regenerate.sh) step by step: the same examples per step (paired
 // plans), the same target counts exactly, loss and grad norm within the fp64-derived tolerance; fp32 within the
 // fp32-derived one. A planted packing bug (labels shifted across example boundaries) must make the comparison fail.

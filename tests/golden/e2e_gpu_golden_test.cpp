@@ -1,7 +1,7 @@
-// End to end on the GPU (DESIGN.md section 7, label gpu): the packed fused path in bf16 on qwen35-tiny64 stays
+// End to end on the GPU (docs/contracts.md, goldens, label gpu): the packed fused path in bf16 on qwen35-tiny64 stays
 // within the drift of the padded composite bf16 run from the same fp64 golden (golden/qwen35-tiny64-padded.json):
 // per step, |fused − golden| <= 2·|composite − golden| + one bf16 rounding step (golden::compare_with_baseline,
-// DESIGN section 5's rule on the training curve), target counts exact. A planted packing bug must fail it.
+// docs/contracts.md, numerics's rule on the training curve), target counts exact. A planted packing bug must fail it.
 // Without a CUDA device every test reports SKIPPED with the reason.
 #include "golden/compare.h"
 #include "golden/golden_file.h"

@@ -1,6 +1,6 @@
 // attention on both backends: the fused path (FlashAttention-2 varlen + fusepack's gate kernels) against the fp64
-// reference under DESIGN section 5, with the composite in the same dtype as baseline (suites *Fused*: labels kernels +
-// gpu); the composite on the CPU against the reference in fp64; the packed-batch no-leak property on the GPU;
+// reference under docs/contracts.md, numerics, with the composite in the same dtype as baseline (suites *Fused*: labels
+// kernels + gpu); the composite on the CPU against the reference in fp64; the packed-batch no-leak property on the GPU;
 // determinism; bad input.
 #include "kernels/ops/attention.h"
 #include "reference/attention.h"
@@ -219,8 +219,9 @@ void expect_equal_outside(char const* name, at::Tensor const& a, at::Tensor cons
   EXPECT_TRUE(at::equal(a.narrow(0, eos, T - eos), b.narrow(0, eos, T - eos))) << name << " changed after example j";
 }
 
-// DESIGN section 4's no-leak property on the GPU: changing example j's q, k and v leaves every other example's output
-// and gradients bitwise unchanged. Deterministic mode makes FA2's dq reproducible, so bitwise is meaningful for it.
+// docs/contracts.md, no leakage's no-leak property on the GPU: changing example j's q, k and v leaves every other
+// example's output and gradients bitwise unchanged. Deterministic mode makes FA2's dq reproducible, so bitwise is
+// meaningful for it.
 TEST(AttentionFused, PerturbingOneExampleLeavesTheOthersBitwiseUnchanged) {
   FUSEPACK_SKIP_WITHOUT_CUDA();
   DeterministicAlgorithms const deterministic;

@@ -1,7 +1,7 @@
-// conv1d on both backends: the fused kernel against the fp64 reference under DESIGN section 5, with the composite in
-// the same dtype as baseline (suites *Fused*: labels kernels + gpu), forward and both gradients; the composite on the
-// CPU against the reference in fp64 (x, weight and initial_state gradients); the no-leak perturbation property on
-// the GPU; bitwise determinism of the fused backward; T = 0; bad input.
+// conv1d on both backends: the fused kernel against the fp64 reference under docs/contracts.md, numerics, with the
+// composite in the same dtype as baseline (suites *Fused*: labels kernels + gpu), forward and both gradients; the
+// composite on the CPU against the reference in fp64 (x, weight and initial_state gradients); the no-leak perturbation
+// property on the GPU; bitwise determinism of the fused backward; T = 0; bad input.
 #include "kernels/ops/conv1d.h"
 #include "reference/conv1d.h"
 

@@ -1,7 +1,7 @@
 // gated_delta on both backends: the composite (chunked ATen) on the CPU against the fp64 naive-recurrence reference
-// in fp64 and fp32, o, final_state and every gradient; the fused kernels against the reference under DESIGN section 5
-// with the composite in the same dtype as baseline (suites *Fused*: labels kernels + gpu), the no-leak perturbation
-// property and bitwise determinism of the fused backward on the GPU; T = 0; bad input.
+// in fp64 and fp32, o, final_state and every gradient; the fused kernels against the reference under docs/contracts.md,
+// numerics with the composite in the same dtype as baseline (suites *Fused*: labels kernels + gpu), the no-leak
+// perturbation property and bitwise determinism of the fused backward on the GPU; T = 0; bad input.
 #include "kernels/ops/gated_delta.h"
 #include "reference/gated_delta.h"
 
@@ -297,11 +297,11 @@ TEST(GatedDeltaComposite, FinalStateOnlyWhenAsked) {
 // meet kFp32RelRms through check_fused.
 constexpr double kBf16RelRms = 1e-2;
 
-// DESIGN section 5 for one tensor of a fused run in `dtype`. Outputs in the run's dtype (o, dq, dk, dv, dbeta; all of
-// them in an fp32 run) go through check_fused. The fp32 outputs of a bf16/fp16 run (final_state, dinitial_state, dg)
-// carry the precision of the run's dtype, not of their storage: their floor is one rounding step of the run's dtype
-// at the reference's magnitude, as for o (the composite, computing in fp32, errs by ~1e-6 there, so a floor of one
-// fp32 step would ask a bf16 tensor-core kernel for fp32 accuracy).
+// docs/contracts.md, numerics for one tensor of a fused run in `dtype`. Outputs in the run's dtype (o, dq, dk, dv,
+// dbeta; all of them in an fp32 run) go through check_fused. The fp32 outputs of a bf16/fp16 run (final_state,
+// dinitial_state, dg) carry the precision of the run's dtype, not of their storage: their floor is one rounding step of
+// the run's dtype at the reference's magnitude, as for o (the composite, computing in fp32, errs by ~1e-6 there, so a
+// floor of one fp32 step would ask a bf16 tensor-core kernel for fp32 accuracy).
 ErrorReport check_output(Compared const& x, Dtype dtype) {
   ErrorReport r;
   if (x.got.scalar_type() == scalar_type(dtype)) {
@@ -386,9 +386,9 @@ void expect_equal_outside(char const* name, at::Tensor const& a, at::Tensor cons
   EXPECT_TRUE(at::equal(a.narrow(0, eos, T - eos), b.narrow(0, eos, T - eos))) << name << " changed after example j";
 }
 
-// DESIGN section 4's no-leak property on the kernels: changing example j's q, k, v, g, β and initial state leaves every
-// other example's o, final state and gradients bitwise unchanged (chunks never span two examples; the state is reset
-// at every example start; nothing else mixes examples).
+// docs/contracts.md, no leakage's no-leak property on the kernels: changing example j's q, k, v, g, β and initial state
+// leaves every other example's o, final state and gradients bitwise unchanged (chunks never span two examples; the
+// state is reset at every example start; nothing else mixes examples).
 class GatedDeltaFusedNoLeak : public ::testing::TestWithParam<Dtype> {};
 
 TEST_P(GatedDeltaFusedNoLeak, PerturbingOneExampleLeavesTheOthersBitwiseUnchanged) {

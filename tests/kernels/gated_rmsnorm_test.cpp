@@ -1,5 +1,5 @@
-// gated_rmsnorm on both backends: the fused kernels against the fp64 reference under DESIGN section 5, with the
-// composite in the same dtype as baseline (suites *Fused*: labels kernels + gpu), forward and all three gradients,
+// gated_rmsnorm on both backends: the fused kernels against the fp64 reference under docs/contracts.md, numerics, with
+// the composite in the same dtype as baseline (suites *Fused*: labels kernels + gpu), forward and all three gradients,
 // at the Qwen3.5-27B GDN output-norm shape [T, 48, 128] and odd ones (D = 7, 1003, 8191, 5120, one row, misaligned
 // pointers); the composite on the CPU against the reference in fp64; determinism; bad input.
 #include "kernels/ops/gated_rmsnorm.h"

@@ -1,7 +1,7 @@
-// rmsnorm on both backends: the fused kernels against the fp64 reference under DESIGN section 5, with the composite
-// in the same dtype as baseline (suites *Fused*: labels kernels + gpu), forward and both gradients, at the Qwen3.5-27B
-// shapes (layer norms [T, 5120], q/k norms [T, 24|4, 256]) and odd ones (D = 7, 1003, 8191, one row, misaligned
-// pointers); the composite on the CPU against the reference in fp64; determinism; bad input.
+// rmsnorm on both backends: the fused kernels against the fp64 reference under docs/contracts.md, numerics, with the
+// composite in the same dtype as baseline (suites *Fused*: labels kernels + gpu), forward and both gradients, at the
+// Qwen3.5-27B shapes (layer norms [T, 5120], q/k norms [T, 24|4, 256]) and odd ones (D = 7, 1003, 8191, one row,
+// misaligned pointers); the composite on the CPU against the reference in fp64; determinism; bad input.
 #include "kernels/ops/rmsnorm.h"
 #include "kernels/rmsnorm/norm_layout.h"
 #include "reference/rmsnorm.h"

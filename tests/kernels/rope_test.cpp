@@ -1,6 +1,7 @@
-// rope on both backends: the fused kernel against the fp64 reference under DESIGN section 5, with the composite in the
-// same dtype as baseline (suites *Fused*: labels kernels + gpu); the composite on the CPU against the reference in
-// fp64; determinism; bad input. Positions restart at 0 for every packed example, as the trainer builds them.
+// rope on both backends: the fused kernel against the fp64 reference under docs/contracts.md, numerics, with the
+// composite in the same dtype as baseline (suites *Fused*: labels kernels + gpu); the composite on the CPU against the
+// reference in fp64; determinism; bad input. Positions restart at 0 for every packed example, as the trainer builds
+// them.
 #include "kernels/ops/rope.h"
 #include "reference/rope.h"
 

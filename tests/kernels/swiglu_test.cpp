@@ -1,6 +1,6 @@
-// swiglu on both backends: the fused kernel against the fp64 reference under DESIGN section 5, with the composite in
-// the same dtype as baseline (suites *Fused*: labels kernels + gpu); the composite on the CPU against the reference
-// in fp64; determinism; bad input.
+// swiglu on both backends: the fused kernel against the fp64 reference under docs/contracts.md, numerics, with the
+// composite in the same dtype as baseline (suites *Fused*: labels kernels + gpu); the composite on the CPU against the
+// reference in fp64; determinism; bad input.
 #include "kernels/ops/swiglu.h"
 #include "reference/swiglu.h"
 

@@ -1,6 +1,6 @@
-// PackedBatch and PaddedBatch: the DESIGN section 3 layout on a worked case, the per-example label shift (no target
-// ever crosses an example boundary), the invariants validate() enforces, and that both layouts of the same examples
-// carry the same targets.
+// PackedBatch and PaddedBatch: the docs/contracts.md, batches layout on a worked case, the per-example label shift (no
+// target ever crosses an example boundary), the invariants validate() enforces, and that both layouts of the same
+// examples carry the same targets.
 #include "packing/batch.h"
 
 #include "tests/support/env.h"

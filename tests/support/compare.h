@@ -4,7 +4,7 @@
 //     caller gives the packed layout;
 //   - the share of the tolerance budget used (1.0 = exactly at the tolerance).
 // Two tolerances: an elementwise atol + rtol·|ref| (fp64-vs-fp64 checks such as finite differences), and the
-// DESIGN section 5 rule for low-precision kernels: max|x − ref64| ≤ 2·max|baseline − ref64| + floor.
+// docs/contracts.md, numerics rule for low-precision kernels: max|x − ref64| ≤ 2·max|baseline − ref64| + floor.
 #pragma once
 
 #include "reference/tensor.h"
@@ -54,8 +54,8 @@ ErrorReport compare_allclose(std::string const& name, double const* got, double 
 ErrorReport compare_allclose(std::string const& name, ref::Tensor const& got, ref::Tensor const& ref, Tolerance tol,
                              IndexLayout const& layout = {});
 
-// DESIGN section 5: the error of x against ref64 may be at most twice the error of the unfused baseline (same op,
-// same dtype) plus `floor`, one rounding step of the output dtype at the reference's magnitude.
+// docs/contracts.md, numerics: the error of x against ref64 may be at most twice the error of the unfused baseline
+// (same op, same dtype) plus `floor`, one rounding step of the output dtype at the reference's magnitude.
 double design_budget(double baseline_max_abs, double floor);
 ErrorReport compare_with_baseline(std::string const& name, double const* got, double const* baseline,
                                   double const* ref, std::int64_t n, double floor, IndexLayout const& layout = {});

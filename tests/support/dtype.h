@@ -1,6 +1,6 @@
 // Floating-point formats the kernels run in, as seen from fp64: rounding a value to a format (so the reference sees
 // exactly the bits a kernel saw) and the spacing of a format at a magnitude (the "one rounding step" floor of the
-// DESIGN section 5 rule).
+// docs/contracts.md, numerics rule).
 #pragma once
 
 #include "reference/tensor.h"

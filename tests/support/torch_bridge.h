@@ -1,6 +1,6 @@
 // Between LibTorch tensors and the fp64 references, for the kernel tests: conversions, the CUDA-device skip, the
-// DESIGN section 5 check of a fused result against the reference with the composite as baseline, and the check that
-// a TORCH_CHECK fires with its message.
+// docs/contracts.md, numerics check of a fused result against the reference with the composite as baseline, and the
+// check that a TORCH_CHECK fires with its message.
 #pragma once
 
 #include "reference/tensor.h"
@@ -31,8 +31,8 @@ bool cuda_device_available(std::string* why);
 // for that while a wrong formula or a lost term errs by 1e-3 or more.
 inline constexpr double kFp32RelRms = 1e-5;
 
-// DESIGN section 5: max|fused − ref64| <= 2·max|composite − ref64| + one rounding step of the output dtype at
-// max|ref64|, and for fp32 also rel-RMS <= kFp32RelRms. `composite` is the unfused ATen baseline in the same dtype.
+// docs/contracts.md, numerics: max|fused − ref64| <= 2·max|composite − ref64| + one rounding step of the output dtype
+// at max|ref64|, and for fp32 also rel-RMS <= kFp32RelRms. `composite` is the unfused ATen baseline in the same dtype.
 ErrorReport check_fused(std::string const& name, at::Tensor const& fused, at::Tensor const& composite,
                         ref::Tensor const& ref, IndexLayout const& layout = {});
 

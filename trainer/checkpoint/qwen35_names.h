@@ -1,4 +1,4 @@
-// Qwen3.5 checkpoint names → the text model's (Qwen3_5ForCausalLM) names (research/qwen-architecture.md sections 2-3):
+// Qwen3.5 checkpoint names → the text model's (Qwen3_5ForCausalLM) names (as transformers' Qwen3.5 code loads them):
 // released checkpoints are the VLM, with the text model under "model.language_model.", a vision tower under
 // "model.visual." and a multi-token-prediction head under "mtp."; a text trainer keeps only the text model.
 #pragma once

@@ -1,5 +1,5 @@
 // ModelBatch: one batch as the model reads it, device tensors in the packed layout, built from a packing::PackedBatch
-// or a packing::PaddedBatch (DESIGN.md section 3).
+// or a packing::PaddedBatch (docs/contracts.md, batches).
 //
 // A PaddedBatch [B, L] runs as B examples of length L: its rows are laid end to end (T = B·L) with cu_seqlens
 // 0, L, 2L, ..., B·L. Padding is on the right, so within a row every pad comes after every real token; all the model's

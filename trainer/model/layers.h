@@ -1,8 +1,8 @@
-// The Qwen3.5 blocks as functions of packed activations [T, ...] and their weights (research/qwen-architecture.md
-// section 1): the Gated DeltaNet mixer, the gated full-attention mixer and the SwiGLU MLP. Every op goes through
-// kernels/ops with the given Backend, so kFused runs fused or throws (nothing here catches or falls back).
-// Shape legend: T packed tokens, H hidden_size, Hq/Hkv attention heads, D head_dim, Hk/Hv DeltaNet key/value heads,
-// dk/dv their head dims, C = 2·Hk·dk + Hv·dv conv channels, I intermediate_size.
+// The Qwen3.5 blocks as functions of packed activations [T, ...] and their weights (as transformers'
+// Qwen3.5 modeling code computes them): the Gated DeltaNet mixer, the gated full-attention mixer and the SwiGLU MLP.
+// Every op goes through kernels/ops with the given Backend, so kFused runs fused or throws (nothing here catches or
+// falls back). Shape legend: T packed tokens, H hidden_size, Hq/Hkv attention heads, D head_dim, Hk/Hv DeltaNet
+// key/value heads, dk/dv their head dims, C = 2·Hk·dk + Hv·dv conv channels, I intermediate_size.
 #pragma once
 
 #include "kernels/ops/backend.h"

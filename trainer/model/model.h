@@ -58,8 +58,8 @@ struct ForwardOptions {
 
 struct ForwardOutput {
   // Σ over targets of −log softmax(logits[t])[labels[t]]: a scalar in fp32 (fp64 for fp64 compute), differentiable.
-  // DESIGN section 3: the trainer divides by the number of targets of the whole optimizer step (all micro-batches and
-  // ranks), so the model returns the sum and its own count, never a mean.
+  // docs/contracts.md, batches: the trainer divides by the number of targets of the whole optimizer step (all
+  // micro-batches and ranks), so the model returns the sum and its own count, never a mean.
   at::Tensor loss_sum;
   std::int64_t num_targets = 0;    // labels != -100 in this batch
   at::Tensor example_loss_sums;    // [N] per example (per row of a padded batch), loss_sum's dtype; when asked

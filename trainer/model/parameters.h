@@ -1,4 +1,4 @@
-// Every parameter of Qwen3_5ForCausalLM as Hugging Face names it (research/qwen-architecture.md section 3, with the
+// Every parameter of Qwen3_5ForCausalLM as Hugging Face names it (transformers' Qwen3.5 modeling code, with the
 // text model under "model." rather than the VLM checkpoint's "model.language_model."), its shape and its init rule,
 // computed from a config without allocating anything. No torch here.
 #pragma once

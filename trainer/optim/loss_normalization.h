@@ -1,4 +1,4 @@
-// Step-level loss normalisation (DESIGN.md section 3): the loss of an optimizer step is
+// Step-level loss normalisation (docs/contracts.md, batches): the loss of an optimizer step is
 //   Σ token cross-entropies / number of target tokens, both over all micro-batches and all ranks of the step,
 // so every target token weighs the same however the step is cut into micro-batches, packs or ranks. Targets are
 // counted first; then each micro-batch's *summed* loss is divided by the global count before its backward.

@@ -69,7 +69,7 @@ StepResult Trainer::step(std::vector<model::ModelBatch> const& micro_batches) {
   for (optim::NamedParameter& p : params_) p.param.mutable_grad() = at::Tensor();  // zero_grad(set_to_none=True)
   ops::reset_op_run_counts();
 
-  // Count first (DESIGN section 3): every micro-batch's loss is divided by the whole step's target count.
+  // Count first (docs/contracts.md, batches): every micro-batch's loss is divided by the whole step's target count.
   std::vector<std::int64_t> counts;
   for (model::ModelBatch const& b : micro_batches) counts.push_back(b.num_targets);
   optim::StepLossNormalizer normalizer(counts, options_.all_reduce);
