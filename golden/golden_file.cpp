@@ -1,10 +1,13 @@
 #include "golden/golden_file.h"
 
+#include "packing/json_input.h"
+
 #include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <cstdio>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <istream>
 #include <iterator>
@@ -267,14 +270,18 @@ void write_golden(std::string const& path, GoldenFile const& file) {
 
 GoldenFile read_golden(std::istream& in, std::string const& name) {
   std::string const text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) throw GoldenError(name, "", "read error");
+  if (std::string const problem = packing::json_text_problem(text); !problem.empty()) {
+    throw GoldenError(name, "", "the file " + problem);
+  }
   Json doc;
   try {
     doc = Json::parse(text);
   } catch (Json::parse_error const& e) {
-    std::string const what = e.what();
-    std::size_t const colon = what.find(": ");
-    throw GoldenError(name, "", "malformed JSON at byte " + std::to_string(e.byte) + ": " +
-                                    (colon == std::string::npos ? what : what.substr(colon + 2)));
+    throw GoldenError(name, "", "malformed JSON at byte " + std::to_string(e.byte) + " (" +
+                                    packing::json_parse_detail(e.what()) +
+                                    "); expected a golden file: one JSON object {\"format\": \"" + kFormatName +
+                                    "\", ...}");
   }
   GoldenFile out = Reader(name).file(doc);
   validate_values(out, name);
@@ -282,6 +289,11 @@ GoldenFile read_golden(std::istream& in, std::string const& name) {
 }
 
 GoldenFile read_golden(std::string const& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    throw GoldenError(path, "", "is a directory; expected a golden file (JSON, format " + std::string(kFormatName) +
+                                    ")");
+  }
   std::ifstream in(path);
   if (!in) throw GoldenError(path, "", "cannot open for reading");
   return read_golden(in, path);

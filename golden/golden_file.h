@@ -68,7 +68,8 @@ void write_golden(std::string const& path, GoldenFile const& file);
 void write_golden(std::ostream& out, GoldenFile const& file, std::string const& name = "<stream>");
 
 // Reads and validates; throws GoldenError naming the file and the first bad field. Unknown fields are errors too (a
-// misspelt field would otherwise be lost silently).
+// misspelt field would otherwise be lost silently); so are a directory, UTF-16 text and nesting deeper than
+// packing::kMaxJsonDepth (checked before parsing: the parser recurses once per level).
 GoldenFile read_golden(std::string const& path);
 GoldenFile read_golden(std::istream& in, std::string const& name);
 

@@ -1,7 +1,11 @@
 #include "packing/dataset.h"
 
+#include "packing/json_input.h"
+
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <istream>
 #include <ostream>
@@ -16,6 +20,24 @@ std::string describe(json const& v) {
   std::string s = v.dump();
   if (s.size() > 40) s = s.substr(0, 37) + "...";
   return s + " (" + v.type_name() + ")";
+}
+
+// A line nlohmann cannot parse, said in the user's terms. A line holding only the start of an object ("{", or
+// '{"input_ids": [') is most likely pretty-printed JSON, which spreads one object over many lines.
+std::string parse_error_message(std::string const& text, nlohmann::json::parse_error const& e) {
+  std::size_t const first = text.find_first_not_of(" \t\r");
+  std::size_t const last = text.find_last_not_of(" \t\r");
+  bool const opens_only = text[first] == '{' && text[last] != '}';
+  bool const closes_only = (text[first] == '}' || text[first] == ']' || text[first] == '"') && text[last] != '}';
+  std::string const detail = json_parse_detail(e.what());
+  std::size_t const colon = detail.find(": ");
+  std::string const what = "malformed JSON at column " + std::to_string(e.byte) + ": " +
+                           (colon == std::string::npos ? detail : detail.substr(colon + 2));
+  if (opens_only || closes_only) {
+    return what + "; expected JSON Lines: one whole JSON object per line (this looks like pretty-printed JSON, one "
+                  "object spread over several lines: write each example on a line of its own)";
+  }
+  return what + "; expected JSON Lines: one JSON object per line";
 }
 
 class LineReader {
@@ -50,17 +72,36 @@ class LineReader {
   }
 
   Example example(std::string const& text) const {
+    if (std::string const problem = json_text_problem(text); !problem.empty()) fail("", "the line " + problem);
     json doc;
+    // nlohmann keeps the last of two equal keys; a line that gives input_ids or labels twice is ambiguous.
+    std::string duplicate;
+    std::vector<std::string> seen;
+    auto const on_event = [&](int depth, json::parse_event_t event, json& parsed) {
+      if (event == json::parse_event_t::key && depth == 1 && parsed.is_string()) {
+        std::string const& key = parsed.get_ref<std::string const&>();
+        if (key == "input_ids" || key == "labels") {
+          if (std::find(seen.begin(), seen.end(), key) != seen.end() && duplicate.empty()) duplicate = key;
+          seen.push_back(key);
+        }
+      }
+      return true;
+    };
     try {
-      doc = json::parse(text);
+      doc = json::parse(text, on_event);
     } catch (json::parse_error const& e) {
-      // e.what() is "[json.exception.parse_error.101] parse error at line 1, column 7: <detail>"; the line is ours.
-      std::string const what = e.what();
-      std::size_t const colon = what.find(": ");
-      fail("", "malformed JSON at column " + std::to_string(e.byte) + ": " +
-                   (colon == std::string::npos ? what : what.substr(colon + 2)));
+      fail("", parse_error_message(text, e));
     }
-    if (!doc.is_object()) fail("", "a line must hold one JSON object; got " + describe(doc));
+    if (!duplicate.empty()) {
+      fail(duplicate, "given twice on the line; each line must give \"" + duplicate + "\" once");
+    }
+    if (doc.is_array() && !doc.empty() && doc.front().is_object()) {
+      fail("", "a line must hold one JSON object; got an array of " + std::to_string(doc.size()) +
+                   " objects (JSON Lines has one object per line, not one JSON array of them)");
+    }
+    if (!doc.is_object()) {
+      fail("", "a line must hold one JSON object (JSON Lines: one JSON object per line); got " + describe(doc));
+    }
     auto const ids_it = doc.find("input_ids");
     if (ids_it == doc.end()) fail("input_ids", "missing (each line needs \"input_ids\": [...])");
     Example ex;
@@ -114,24 +155,37 @@ DatasetError::DatasetError(std::string file, std::int64_t line, std::string fiel
       line_(line),
       field_(std::move(field)) {}
 
-std::int64_t read_jsonl(std::istream& in, std::string const& name, std::int64_t vocab_size, ExampleSink const& sink) {
+std::int64_t read_jsonl_numbered(std::istream& in, std::string const& name, std::int64_t vocab_size,
+                                 NumberedExampleSink const& sink) {
   check_vocab(vocab_size);
   std::string text;
   std::int64_t line = 0, count = 0;
   while (std::getline(in, text)) {
     ++line;
     if (text.find_first_not_of(" \t\r\n") == std::string::npos) continue;
-    sink(LineReader(name, line, vocab_size).example(text));
+    sink(LineReader(name, line, vocab_size).example(text), line);
     ++count;
   }
   if (in.bad()) throw DatasetError(name, line + 1, "", "read error");
   return count;
 }
 
-std::int64_t read_jsonl(std::string const& path, std::int64_t vocab_size, ExampleSink const& sink) {
+std::int64_t read_jsonl(std::istream& in, std::string const& name, std::int64_t vocab_size, ExampleSink const& sink) {
+  return read_jsonl_numbered(in, name, vocab_size, [&](Example&& ex, std::int64_t) { sink(std::move(ex)); });
+}
+
+std::int64_t read_jsonl_numbered(std::string const& path, std::int64_t vocab_size, NumberedExampleSink const& sink) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    throw DatasetError(path, 0, "", "is a directory; expected a JSON Lines file (one JSON object per line)");
+  }
   std::ifstream in(path);
   if (!in) throw DatasetError(path, 0, "", "cannot open the file for reading");
-  return read_jsonl(in, path, vocab_size, sink);
+  return read_jsonl_numbered(in, path, vocab_size, sink);
+}
+
+std::int64_t read_jsonl(std::string const& path, std::int64_t vocab_size, ExampleSink const& sink) {
+  return read_jsonl_numbered(path, vocab_size, [&](Example&& ex, std::int64_t) { sink(std::move(ex)); });
 }
 
 std::vector<Example> load_jsonl(std::string const& path, std::int64_t vocab_size) {

@@ -1,7 +1,10 @@
 // Datasets of tokenized examples as JSONL in the Hugging Face convention, one example per line:
 //   {"input_ids": [151644, 872, ...], "labels": [-100, -100, ..., 872, ...]}
 // "labels" is optional (absent = every position supervised, labels = input_ids); other fields are ignored; blank
-// lines are skipped. Files are streamed: each line is parsed, checked and handed to a sink, then dropped.
+// lines are skipped. Files are streamed: each line is parsed, checked and handed to a sink, then dropped. A line's
+// JSON is checked before it is parsed (packing/json_input.h: nesting depth, UTF-16); a line naming input_ids or labels
+// twice is an error. Examples whose labels are all -100 are valid here (the trainer refuses a run in which one has no
+// target).
 #pragma once
 
 #include "packing/example.h"
@@ -40,6 +43,12 @@ using ExampleSink = std::function<void(Example&& example)>;
 std::int64_t read_jsonl(std::string const& path, std::int64_t vocab_size, ExampleSink const& sink);
 // The same over a stream; `name` stands for the file in error messages.
 std::int64_t read_jsonl(std::istream& in, std::string const& name, std::int64_t vocab_size, ExampleSink const& sink);
+
+// The same, telling the sink each example's 1-based line number in the file.
+using NumberedExampleSink = std::function<void(Example&& example, std::int64_t line)>;
+std::int64_t read_jsonl_numbered(std::string const& path, std::int64_t vocab_size, NumberedExampleSink const& sink);
+std::int64_t read_jsonl_numbered(std::istream& in, std::string const& name, std::int64_t vocab_size,
+                                 NumberedExampleSink const& sink);
 
 std::vector<Example> load_jsonl(std::string const& path, std::int64_t vocab_size);
 

@@ -43,6 +43,36 @@ std::string grouped(double v, int decimals) {
 
 std::string percent(double fraction) { return fixed(100.0 * fraction, 1) + "%"; }
 
+// A seed is an unsigned 64-bit integer; CLI11 reads "-1" as 2^64 - 1, so a sign is refused before it converts.
+std::string non_negative_integer(std::string& text) {
+  if (text.find('-') == std::string::npos) return {};
+  return "must be a non-negative integer (0 to 2^64-1); got " + text;
+}
+
+// CLI11's parse errors in the user's terms: the option given twice, or the value that does not convert.
+std::string parse_error_message(CLI::App const& app, CLI::ParseError const& e) {
+  // A repeated option is an error here (CLI11's default policy); its message "At Most 1 required but received 2"
+  // does not say that the option was given twice.
+  for (CLI::Option const* o : app.get_options()) {
+    if (o->count() < 2 || o->get_expected_max() > 1 || o->get_type_size_max() == 0) continue;
+    std::string values;
+    for (std::string const& v : o->results()) values += (values.empty() ? "" : ", ") + v;
+    return o->get_name() + " was given " + std::to_string(o->count()) + " times (" + values + "): give it once";
+  }
+  std::string const what = e.what();
+  std::string const prefix = "Could not convert: ";
+  if (what.rfind(prefix, 0) == 0) {
+    std::size_t const eq = what.find(" = ");
+    std::string const name = what.substr(prefix.size(), eq == std::string::npos ? std::string::npos
+                                                                                  : eq - prefix.size());
+    CLI::Option const* o = app.get_option_no_throw(name);
+    if (o != nullptr && !o->results().empty()) {
+      return name + ": '" + o->results().back() + "' is not a valid " + o->get_type_name() + " value";
+    }
+  }
+  return what;
+}
+
 void row(char const* label, std::string const& padded, std::string const& packed) {
   std::printf("  %-26s %14s %14s\n", label, padded.c_str(), packed.c_str());
 }
@@ -134,14 +164,27 @@ int main(int argc, char** argv) {
                  "it applies when the spec has no vocab=");
   app.add_option("--budget", args.packer.token_budget, "token budget of a batch")->capture_default_str();
   app.add_option("--lookahead", args.packer.lookahead, "examples the packer may look ahead")->capture_default_str();
-  app.add_option("--seed", args.packer.seed, "shuffle seed")->capture_default_str();
+  app.add_option("--seed", args.packer.seed, "shuffle seed")
+      ->capture_default_str()
+      ->check(CLI::Validator(non_negative_integer, "UINT64"));
   app.add_option("--oversize", args.oversize, "examples longer than the budget: error or truncate")
       ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (CLI::ParseError const& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help
-    std::fprintf(stderr, "fusepack-pack: %s\nRun with --help for more information.\n", e.what());
+    std::fprintf(stderr, "fusepack-pack: %s\nRun with --help for more information.\n",
+                 parse_error_message(app, e).c_str());
+    return 2;
+  }
+  if (args.packer.token_budget < 1 || args.packer.token_budget > (std::int64_t{1} << 30)) {
+    std::fprintf(stderr, "fusepack-pack: --budget must be in [1, 2^30]; got %lld\n",
+                 static_cast<long long>(args.packer.token_budget));
+    return 2;
+  }
+  if (args.packer.lookahead < 1) {
+    std::fprintf(stderr, "fusepack-pack: --lookahead must be >= 1; got %lld\n",
+                 static_cast<long long>(args.packer.lookahead));
     return 2;
   }
   if (args.data.empty() == args.synthetic.empty()) {

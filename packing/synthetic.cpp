@@ -60,7 +60,9 @@ std::string shortest(double v) {
 }  // namespace
 
 void SyntheticSpec::validate() const {
-  if (num_examples < 1) bad("n must be >= 1; got " + std::to_string(num_examples));
+  if (num_examples < 1 || num_examples > kMaxSyntheticExamples) {
+    bad("n must be in [1, " + std::to_string(kMaxSyntheticExamples) + "]; got " + std::to_string(num_examples));
+  }
   if (vocab_size < 1 || vocab_size > (std::int64_t{1} << 31)) {
     bad("vocab must be in [1, 2^31]; got " + std::to_string(vocab_size));
   }
@@ -169,6 +171,12 @@ Example synthetic_example(SyntheticSpec const& spec, std::int64_t index, std::in
 
 std::vector<Example> make_synthetic(SyntheticSpec const& spec) {
   std::vector<std::int64_t> const lengths = synthetic_lengths(spec);
+  std::int64_t tokens = 0;
+  for (std::int64_t len : lengths) tokens += len;  // <= 1e8 examples of <= 2^30 tokens: no overflow
+  if (tokens > kMaxSyntheticTokens) {
+    bad(spec.str() + " draws " + std::to_string(tokens) + " tokens; at most " + std::to_string(kMaxSyntheticTokens) +
+        " (2^30, 8 bytes each in memory) are generated: lower n, median or max");
+  }
   std::vector<Example> out;
   out.reserve(lengths.size());
   for (std::size_t i = 0; i < lengths.size(); ++i) {

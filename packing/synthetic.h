@@ -12,8 +12,13 @@
 
 namespace fusepack::packing {
 
+// The largest synthetic sets: n= examples (their lengths alone take 8 bytes each) and the tokens make_synthetic
+// materialises (ids and labels, 8 bytes a token).
+inline constexpr std::int64_t kMaxSyntheticExamples = 100'000'000;
+inline constexpr std::int64_t kMaxSyntheticTokens = std::int64_t{1} << 30;
+
 struct SyntheticSpec {
-  std::int64_t num_examples = 1000;  // n=
+  std::int64_t num_examples = 1000;  // n=       in [1, kMaxSyntheticExamples]
   std::int64_t vocab_size = 32768;   // vocab=
   double median_length = 900;        // median=  median of the log-normal before clipping, within [min, max]
   double sigma = 0.9;                // sigma=   shape: lengths are median * exp(sigma * N(0, 1)), rounded
@@ -36,6 +41,7 @@ inline constexpr std::int32_t kSyntheticSteps[] = {1, 2, 3, 5, 7};
 
 std::vector<std::int64_t> synthetic_lengths(SyntheticSpec const& spec);  // the lengths make_synthetic draws
 Example synthetic_example(SyntheticSpec const& spec, std::int64_t index, std::int64_t length);
+// Throws std::invalid_argument when the drawn lengths add up to more than kMaxSyntheticTokens.
 std::vector<Example> make_synthetic(SyntheticSpec const& spec);
 
 }  // namespace fusepack::packing

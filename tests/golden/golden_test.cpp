@@ -211,6 +211,43 @@ TEST(GoldenFile, BadFilesAreErrorsNamingTheFile) {
   expect_read_error("[]", "", "must be a JSON object");
 }
 
+TEST(GoldenFile, DeeplyNestedJsonIsAnErrorNotACrash) {
+  // nlohmann's parser recurses once per level: 100,000 levels overflowed the stack.
+  std::string const text = text_of(sample(2));
+  std::string const deep = std::string(100000, '[') + std::string(100000, ']');
+  expect_read_error(replaced(text, "\"dataset\": {", "\"dataset\": {\"x\": " + deep + ", "), "",
+                    "nests arrays and objects more than 64 levels deep");
+}
+
+TEST(GoldenFile, Utf16AndParseErrorsSayWhatWasExpected) {
+  expect_read_error(std::string("\xFF\xFE{\0", 4), "", "is UTF-16 (byte order mark FF FE); JSON must be UTF-8");
+  try {
+    read_text("{\"format\": }");
+    ADD_FAILURE() << "expected GoldenError";
+  } catch (GoldenError const& e) {
+    std::string const what = e.what();
+    EXPECT_EQ(what.find("json.exception"), std::string::npos) << what;
+    EXPECT_NE(what.find("parse error at line 1, column 12"), std::string::npos) << what;
+    EXPECT_NE(what.find("expected a golden file: one JSON object {\"format\": \"fusepack-golden\""),
+              std::string::npos)
+        << what;
+  }
+}
+
+TEST(GoldenFile, ADirectoryIsNamedAsADirectory) {
+  // Was "basic_filebuf::underflow error reading the file: Is a directory", without the path.
+  std::string const dir = ::testing::TempDir();
+  try {
+    golden::read_golden(dir);
+    ADD_FAILURE() << "expected GoldenError";
+  } catch (GoldenError const& e) {
+    std::printf("[  error   ] %s\n", e.what());
+    EXPECT_EQ(e.file(), dir);
+    EXPECT_NE(std::string(e.what()).find(dir + ": is a directory; expected a golden file"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(GoldenFile, WriterRefusesWhatTheReaderWouldReject) {
   GoldenFile bad = sample(3);
   bad.steps[1].loss = std::numeric_limits<double>::quiet_NaN();
@@ -459,6 +496,10 @@ TEST(FusepackGoldenCompare, ExitsZeroOnPassOneOnFailTwoOnError) {
   BinaryResult const mixed = run_compare(dir + "golden.json " + dir + "run.json --baseline " + dir +
                                          "baseline.json --loss-atol 1");
   EXPECT_EQ(mixed.exit_code, 2) << "fixed tolerances and a baseline exclude each other";
+
+  BinaryResult const directory = run_compare(::testing::TempDir() + " " + dir + "run.json");
+  EXPECT_EQ(directory.exit_code, 2);
+  EXPECT_NE(directory.out.find(::testing::TempDir() + ": is a directory"), std::string::npos) << directory.out;
 
   BinaryResult const bad_tolerance = run_compare(dir + "golden.json " + dir + "run.json --lr-rtol -1");
   EXPECT_EQ(bad_tolerance.exit_code, 2);

@@ -32,6 +32,7 @@
 #include <torch/csrc/autograd/autograd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -58,6 +59,95 @@ struct Options {
   double eps = 1e-6, theta = 1e7;
   std::uint64_t seed = 20261129;
 };
+
+// "--seqlens 1,17,300": each comma-separated item a decimal integer >= `min`; an empty item is an error (CLI11's own
+// split read "1,,2" as 1 2).
+std::vector<int> parse_list(char const* flag, std::string const& text, int min) {
+  if (text.empty()) throw std::invalid_argument(std::string(flag) + " is empty: nothing to check");
+  std::vector<int> out;
+  std::size_t pos = 0;
+  for (int item = 1;; ++item) {
+    std::size_t const comma = std::min(text.find(',', pos), text.size());
+    std::string const value = text.substr(pos, comma - pos);
+    std::string const where = std::string(flag) + " " + text + ": item " + std::to_string(item);
+    if (value.empty()) throw std::invalid_argument(where + " is empty (two commas in a row, or a comma at an end)");
+    std::size_t const digits = value.find_first_not_of("0123456789", value[0] == '-' ? 1 : 0);
+    if (digits != std::string::npos || value == "-" || value.size() > 10) {
+      throw std::invalid_argument(where + " is '" + value + "', not an integer");
+    }
+    long long const v = std::stoll(value);
+    if (v < min || v > 2147483647LL) {
+      throw std::invalid_argument(where + " is " + value + "; it must be an integer >= " + std::to_string(min));
+    }
+    out.push_back(static_cast<int>(v));
+    if (comma == text.size()) break;
+    pos = comma + 1;
+  }
+  return out;
+}
+
+// The options that shape only some ops: one given for another op is an error, not silently ignored.
+struct OptionScope {
+  char const* option;
+  std::vector<std::string> ops;
+};
+std::vector<OptionScope> const kOptionScopes = {
+    {"--heads", {"rmsnorm", "gated_rmsnorm", "rope", "attention", "gated_delta"}},
+    {"--kv-heads", {"attention"}},
+    {"--width", {"conv1d"}},
+    {"--rotary-dim", {"rope"}},
+    {"--no-silu", {"conv1d"}},
+    {"--no-gate", {"attention"}},
+    {"--no-l2norm", {"gated_delta"}},
+    {"--no-state", {"gated_delta"}},
+};
+
+// Sizes whose tensors cannot be held: refused before anything is allocated (std::bad_alloc reached the user).
+constexpr std::int64_t kMaxTensorElements = std::int64_t{1} << 30;  // 8 GiB as an fp64 reference tensor
+
+void check_sizes(Options const& o) {
+  std::int64_t tokens = 0, max_len = 0;
+  for (int l : o.seqlens) {
+    tokens += l;
+    max_len = std::max<std::int64_t>(max_len, l);
+  }
+  if (tokens == 0) {
+    throw std::invalid_argument("--seqlens " + std::to_string(o.seqlens.size()) +
+                                " example(s), all empty: nothing to check (give a length >= 1)");
+  }
+  if (tokens > 2147483647LL) {
+    throw std::invalid_argument("--seqlens add up to " + std::to_string(tokens) +
+                                " tokens; cu_seqlens are int32: at most 2147483647");
+  }
+  std::int64_t heads = 1;
+  for (int h : o.heads) heads = std::max<std::int64_t>(heads, h);
+  if (o.op == "attention") heads = std::max<std::int64_t>(heads, o.kv_heads);
+  bool const per_head = o.op != "swiglu" && o.op != "conv1d";
+  std::int64_t const largest = tokens * (per_head ? heads : 1) * o.dim;
+  std::int64_t const state = o.op == "gated_delta" && o.state
+                                 ? static_cast<std::int64_t>(o.seqlens.size()) * heads * o.dim * o.dim
+                                 : 0;
+  if (std::max(largest, state) > kMaxTensorElements) {
+    throw std::invalid_argument("--seqlens (" + std::to_string(tokens) + " tokens), --heads " +
+                                std::to_string(per_head ? heads : 1) + " and --dim " + std::to_string(o.dim) +
+                                " ask for a tensor of " + std::to_string(std::max(largest, state)) +
+                                " elements; at most " + std::to_string(kMaxTensorElements) +
+                                " (2^30, 8 GiB in fp64) are allowed");
+  }
+}
+
+// The fp64 reference runs on one CPU core: a note before a long one, so a large run is not mistaken for a hang.
+double reference_flops(Options const& o) {
+  double flops = 0;
+  double const H = o.heads.empty() ? 1 : o.heads.back(), D = o.dim;
+  for (int l : o.seqlens) {
+    double const L = l;
+    if (o.op == "attention") flops += 8 * (L * (L + 1) / 2) * H * D;  // QK^T and PV, forward and backward
+    else if (o.op == "gated_delta") flops += 12 * L * H * D * D;     // the state update and its gradient
+    else flops += 20 * L * H * D;
+  }
+  return flops;
+}
 
 using Outs = std::vector<at::Tensor>;
 using Refs = std::vector<Tensor>;
@@ -237,6 +327,7 @@ int gradcheck(Options const& o) {
     throw std::invalid_argument("unknown op '" + o.op + "' (known: swiglu, rmsnorm, gated_rmsnorm, rope, conv1d, " +
                                 "attention, gated_delta)");
   }
+  check_sizes(o);  // before any device is touched
   ops::Backend const backend = ops::parse_backend(o.backend);
   std::string const device_name = o.device.empty() ? (backend == ops::Backend::kFused ? "cuda" : "cpu") : o.device;
   if (device_name != "cpu" && device_name != "cuda") throw std::invalid_argument("--device must be cpu or cuda");
@@ -248,19 +339,38 @@ int gradcheck(Options const& o) {
   if (device_name == "cuda" && !cuda_device_available(&why)) throw std::runtime_error(why);
   at::Device const device = device_name == "cuda" ? at::Device(at::kCUDA) : at::Device(at::kCPU);
 
+  double const flops = reference_flops(o);
+  bool const slow = flops > 2e10;  // about ten seconds of fp64 loops on one core
+  if (slow) {
+    // The reference's plain loops run at about 1 GFLOP/s.
+    std::fprintf(stderr,
+                 "fusepack-gradcheck: the fp64 reference of %s at this size is about %.0f GFLOP on one CPU core: "
+                 "expect about %.0f minutes; progress follows\n",
+                 o.op.c_str(), flops / 1e9, std::ceil(flops / 1e9 / 60));
+  }
+  auto const started = std::chrono::steady_clock::now();
+  auto progress = [&](char const* what) {
+    if (!slow) return;
+    double const s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    std::fprintf(stderr, "fusepack-gradcheck: %s (%.0f s)\n", what, s);
+  };
+
   std::mt19937_64 rng(o.seed);
   OpSpec s = make_spec(o, rng, device);
   // Every tensor rounded to what the op receives, so the reference sees exactly the kernel's inputs.
   Dtype const fp32_dtype = dtype == Dtype::kF64 ? Dtype::kF64 : Dtype::kF32;
   auto dtype_of = [&](std::string const& name) { return s.fp32_tensors.count(name) ? fp32_dtype : dtype; };
   for (size_t i = 0; i < s.inputs.size(); ++i) round_to(dtype_of(s.names[i]), s.inputs[i]);
+  progress("fp64 reference forward");
   Refs const ref_outs = s.ref_fwd(s.inputs);
   Refs dys;
   for (size_t i = 0; i < ref_outs.size(); ++i) {
     dys.push_back(randn(ref_outs[i].shape(), rng));
     round_to(dtype_of(s.out_names[i]), dys.back());
   }
+  progress("fp64 reference backward");
   std::vector<Tensor> const ref_grads = s.ref_bwd(dys, s.inputs);
+  progress("the op under test");
 
   std::vector<at::Tensor> inputs, dys_t;
   for (size_t i = 0; i < s.inputs.size(); ++i) {
@@ -320,6 +430,7 @@ int gradcheck(Options const& o) {
 
 int main(int argc, char** argv) {
   fusepack::test::Options o;
+  std::string seqlens = "1,17,300", heads = "4";
   CLI::App app{"fusepack-gradcheck: one op, forward and every gradient, against the fp64 reference"};
   app.add_option("op", o.op, "swiglu | rmsnorm | gated_rmsnorm | rope | conv1d | attention | gated_delta")
       ->required();
@@ -327,12 +438,8 @@ int main(int argc, char** argv) {
   app.add_option("--backend", o.backend, "fused (checked against the composite baseline) | composite")
       ->capture_default_str();
   app.add_option("--device", o.device, "cpu | cuda (default: cuda for fused, cpu for composite)");
-  app.add_option("--seqlens", o.seqlens, "example lengths of the packed batch, e.g. 1,17,1024")
-      ->delimiter(',')
-      ->capture_default_str();
-  app.add_option("--heads", o.heads, "heads (q heads for attention; Hk,Hv for gated_delta)")
-      ->delimiter(',')
-      ->capture_default_str();
+  app.add_option("--seqlens", seqlens, "example lengths of the packed batch, e.g. 1,17,1024")->capture_default_str();
+  app.add_option("--heads", heads, "heads (q heads for attention; Hk,Hv for gated_delta)")->capture_default_str();
   app.add_option("--kv-heads", o.kv_heads, "attention key/value heads")->capture_default_str();
   app.add_option("--dim", o.dim, "channels, head dim or hidden size (gated_delta: K = V)")->capture_default_str();
   app.add_option("--width", o.width, "conv1d width")->capture_default_str();
@@ -341,9 +448,35 @@ int main(int argc, char** argv) {
   app.add_flag("!--no-gate", o.gate, "attention without the output gate");
   app.add_flag("!--no-l2norm", o.l2norm, "gated_delta without the q/k l2 norm");
   app.add_flag("!--no-state", o.state, "gated_delta without initial and final state");
-  app.add_option("--seed", o.seed, "input seed")->capture_default_str();
+  // A seed is unsigned; CLI11 reads "-1" as 2^64 - 1, so a sign is refused before it converts.
+  app.add_option("--seed", o.seed, "input seed")
+      ->capture_default_str()
+      ->check(CLI::Validator(
+          [](std::string& text) {
+            return text.find('-') == std::string::npos
+                       ? std::string()
+                       : "must be a non-negative integer (0 to 2^64-1); got " + text;
+          },
+          "UINT64"));
   try {
     app.parse(argc, argv);
+    for (fusepack::test::OptionScope const& scope : fusepack::test::kOptionScopes) {
+      if (app.count(scope.option) == 0) continue;
+      if (std::find(scope.ops.begin(), scope.ops.end(), o.op) != scope.ops.end()) continue;
+      std::string ops;
+      for (std::string const& op : scope.ops) ops += (ops.empty() ? "" : ", ") + op;
+      throw std::invalid_argument(std::string(scope.option) + " does not apply to " + o.op + " (it applies to " +
+                                  ops + ")");
+    }
+    o.seqlens = fusepack::test::parse_list("--seqlens", seqlens, 0);
+    o.heads = fusepack::test::parse_list("--heads", heads, 1);
+    for (auto [flag, value] : {std::pair<char const*, int>{"--dim", o.dim}, {"--kv-heads", o.kv_heads},
+                               {"--width", o.width}}) {
+      if (value < 1) {
+        throw std::invalid_argument(std::string(flag) + " must be >= 1; got " + std::to_string(value) +
+                                    (std::string(flag) == "--dim" ? ": nothing to check" : ""));
+      }
+    }
     return fusepack::test::gradcheck(o);
   } catch (CLI::ParseError const& e) {
     return app.exit(e) == 0 ? 0 : 2;

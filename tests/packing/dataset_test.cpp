@@ -187,6 +187,62 @@ TEST(Dataset, RejectsAMissingFileAndABadVocabulary) {
   FUSEPACK_EXPECT_INVALID_ARGUMENT(packing::load_jsonl(file.path(), 0), "vocab_size must be in [1, 2^31]");
 }
 
+TEST(Dataset, RejectsDeeplyNestedJsonBeforeParsingIt) {
+  // nlohmann's parser recurses once per level: 100,000 levels overflowed the stack (a segfault, not an error).
+  std::string const deep = std::string(100000, '[') + std::string(100000, ']');
+  expect_error_on_line("{\"input_ids\": [1]}\n{\"input_ids\": [1], \"meta\": " + deep + "}\n", 2, "",
+                       "nests arrays and objects more than 64 levels deep");
+  std::string const brackets_in_a_string = "\"" + std::string(1000, '[') + "\"";
+  EXPECT_EQ(read_text("{\"input_ids\": [1], \"text\": " + brackets_in_a_string + "}\n").size(), 1u);
+}
+
+TEST(Dataset, RejectsUtf16NamingTheEncoding) {
+  expect_error_on_line(std::string("\xFF\xFE{\0\"\0i\0", 8), 1, "", "is UTF-16 (byte order mark FF FE)");
+  expect_error_on_line(std::string("\xFE\xFF\0{\0\"", 6), 1, "", "convert it to UTF-8");
+  expect_error_on_line(std::string("{\0\"\0i\0", 6), 1, "", "holds a NUL byte at byte 1");
+}
+
+TEST(Dataset, PrettyPrintedJsonIsNamedAsSuch) {
+  expect_error_on_line("{\n  \"input_ids\": [1, 2]\n}\n", 1, "", "looks like pretty-printed JSON");
+  expect_error_on_line("{\"input_ids\": [1]}\n{\"input_ids\": [1, 2],\n\"labels\": [1, 2]}\n", 2, "",
+                       "one whole JSON object per line");
+  expect_error_on_line("[{\"input_ids\": [1]}, {\"input_ids\": [2]}]\n", 1, "",
+                       "got an array of 2 objects (JSON Lines has one object per line");
+  // nlohmann's own tag ("[json.exception.parse_error.101]") is not shown.
+  TempFile const file("{\"input_ids\": [1,]}\n");
+  try {
+    packing::load_jsonl(file.path(), kVocab);
+    ADD_FAILURE() << "a malformed line was accepted";
+  } catch (DatasetError const& e) {
+    EXPECT_EQ(std::string(e.what()).find("json.exception"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("expected JSON Lines: one JSON object per line"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Dataset, RejectsADirectoryNamingIt) {
+  std::string const dir = ::testing::TempDir();
+  EXPECT_DATASET_ERROR(packing::load_jsonl(dir, kVocab), dir, 0, "", "is a directory; expected a JSON Lines file");
+}
+
+TEST(Dataset, RejectsInputIdsOrLabelsGivenTwiceOnALine) {
+  // nlohmann keeps the last of two equal keys, so the first input_ids were silently dropped.
+  expect_error_on_line("{\"input_ids\": [1]}\n{\"input_ids\": [1, 2], \"input_ids\": [3]}\n", 2, "input_ids",
+                       "given twice on the line");
+  expect_error_on_line("{\"input_ids\": [1, 2], \"labels\": [1, 2], \"labels\": [-100, 2]}\n", 1, "labels",
+                       "given twice on the line");
+  // Nested objects may repeat the names; only the example's own fields count.
+  EXPECT_EQ(read_text("{\"input_ids\": [1], \"meta\": {\"input_ids\": 1}}\n").size(), 1u);
+}
+
+TEST(Dataset, NumberedReaderGivesEachExamplesLine) {
+  std::istringstream in("{\"input_ids\": [1]}\n\n{\"input_ids\": [2]}\n");
+  std::vector<std::int64_t> lines;
+  packing::read_jsonl_numbered(in, "mem.jsonl", kVocab,
+                               [&](Example&&, std::int64_t line) { lines.push_back(line); });
+  EXPECT_EQ(lines, (std::vector<std::int64_t>{1, 3}));
+}
+
 TEST(Dataset, CheckExampleNamesTheBadPosition) {
   FUSEPACK_EXPECT_INVALID_ARGUMENT(packing::check_example(Example{}, kVocab, "example 3"), "example 3: empty example");
   FUSEPACK_EXPECT_INVALID_ARGUMENT(packing::check_example(Example{{1, 200}, {1, 200}}, kVocab, "example 4"),

@@ -63,11 +63,30 @@ TEST(FusepackPack, ExitsWithCode2AndAMessageOnBadInput) {
   expect_usage_error("--synthetic nonsense", "must start with 'synthetic:'");
   expect_usage_error("--synthetic synthetic:n=50 --budget 100", "more than the token budget of 100");
   expect_usage_error("--synthetic synthetic:n=5 --budget lots", "--budget");
-  expect_usage_error("--synthetic synthetic:n=5 --budget 0", "token_budget must be in [1, 2^30]");
-  expect_usage_error("--synthetic synthetic:n=5 --lookahead 0", "lookahead must be >= 1");
+  expect_usage_error("--synthetic synthetic:n=5 --budget 0", "--budget must be in [1, 2^30]; got 0");
+  expect_usage_error("--synthetic synthetic:n=5 --lookahead 0", "--lookahead must be >= 1; got 0");
   expect_usage_error("--synthetic synthetic:n=5 --oversize drop", "must be 'error' or 'truncate'");
   expect_usage_error("--synthetic synthetic:n=5 --vocab 0", "--vocab must be >= 1");
   expect_usage_error("--synthetic synthetic:n=5 --frobnicate", "frobnicate");
+}
+
+TEST(FusepackPack, RefusesAHugeSyntheticSetInsteadOfLeakingBadAlloc) {
+  expect_usage_error("--synthetic synthetic:n=1000000000000", "n must be in [1, 100000000]; got 1000000000000");
+}
+
+TEST(FusepackPack, ADirectoryAsDataIsNamedAsADirectory) {
+  std::string const dir = ::testing::TempDir();
+  expect_usage_error("--data " + dir, dir + ": is a directory; expected a JSON Lines file");
+}
+
+TEST(FusepackPack, RefusesANegativeSeedInsteadOfWrappingIt) {
+  expect_usage_error("--synthetic synthetic:n=5 --seed -1", "must be a non-negative integer (0 to 2^64-1); got -1");
+}
+
+TEST(FusepackPack, ARepeatedOptionIsNamedAsGivenTwice) {
+  // Was "Could not convert: --budget = 64,1e12".
+  expect_usage_error("--synthetic synthetic:n=5 --budget 64 --budget 1e12", "--budget was given 2 times (64, 1e12)");
+  expect_usage_error("--synthetic synthetic:n=5 --budget 64 --budget 128", "--budget was given 2 times (64, 128)");
 }
 
 TEST(FusepackPack, TruncatePolicyReportsTheExamplesOverTheBudget) {

@@ -62,7 +62,7 @@ TEST(SyntheticSpec, RejectsBadSpecsWithClearMessages) {
   FUSEPACK_EXPECT_INVALID_ARGUMENT(parse_synthetic_spec("synthetic:n=ten"), "n=ten is not an integer");
   FUSEPACK_EXPECT_INVALID_ARGUMENT(parse_synthetic_spec("synthetic:n=1.5"), "n=1.5 is not an integer");
   FUSEPACK_EXPECT_INVALID_ARGUMENT(parse_synthetic_spec("synthetic:n="), "n= is not an integer");
-  FUSEPACK_EXPECT_INVALID_ARGUMENT(parse_synthetic_spec("synthetic:n=0"), "n must be >= 1; got 0");
+  FUSEPACK_EXPECT_INVALID_ARGUMENT(parse_synthetic_spec("synthetic:n=0"), "n must be in [1, 100000000]; got 0");
   FUSEPACK_EXPECT_INVALID_ARGUMENT(parse_synthetic_spec("synthetic:vocab=0"), "vocab must be in [1, 2^31]");
   FUSEPACK_EXPECT_INVALID_ARGUMENT(parse_synthetic_spec("synthetic:sigma=-1"), "sigma must be in [0, 10]");
   FUSEPACK_EXPECT_INVALID_ARGUMENT(parse_synthetic_spec("synthetic:sigma=nan"), "sigma=nan is not a finite number");
@@ -72,6 +72,18 @@ TEST(SyntheticSpec, RejectsBadSpecsWithClearMessages) {
   FUSEPACK_EXPECT_INVALID_ARGUMENT(parse_synthetic_spec("synthetic:prompt=1"), "prompt must be in [0, 1)");
   FUSEPACK_EXPECT_INVALID_ARGUMENT(parse_synthetic_spec("synthetic:seed=-1"), "seed=-1 is not an unsigned integer");
   FUSEPACK_EXPECT_INVALID_ARGUMENT(parse_synthetic_spec("synthetic:n=99999999999999999999"), "is not an integer");
+}
+
+TEST(SyntheticSpec, RefusesSizesThatCannotBeHeldInsteadOfThrowingBadAlloc) {
+  // n=1e12 asked for 8 TB of lengths: std::bad_alloc leaked to the user.
+  FUSEPACK_EXPECT_INVALID_ARGUMENT(parse_synthetic_spec("synthetic:n=1000000000000"),
+                                   "n must be in [1, 100000000]; got 1000000000000");
+  SyntheticSpec spec;
+  spec.num_examples = 2;
+  spec.min_length = spec.max_length = std::int64_t{1} << 30;
+  spec.median_length = static_cast<double>(spec.max_length);
+  FUSEPACK_EXPECT_INVALID_ARGUMENT(packing::make_synthetic(spec),
+                                   "draws 2147483648 tokens; at most 1073741824 (2^30, 8 bytes each in memory)");
 }
 
 TEST(Synthetic, LengthsFollowTheSpecMedianAndStayWithinMinAndMax) {

@@ -23,10 +23,13 @@
 
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <map>
 #include <set>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 namespace fusepack::test {
 namespace {
@@ -207,8 +210,11 @@ TEST(Qwen35Config, BadConfigsFailWithMessagesNamingTheRule) {
 }
 
 TEST(Qwen35Config, BadConfigJsonFailsNamingTheField) {
+  // Every required size given; `extra` comes last and overrides (nlohmann keeps the last of two equal keys).
   auto text = [](std::string const& extra) {
-    return R"({"model_type": "qwen3_5_text", "num_hidden_layers": 4, "rope_theta": 10000)" + extra + "}";
+    return R"({"model_type": "qwen3_5_text", "hidden_size": 64, "intermediate_size": 128, "vocab_size": 256,
+               "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 4,
+               "linear_num_key_heads": 2, "linear_num_value_heads": 4, "rope_theta": 10000)" + extra + "}";
   };
   FUSEPACK_EXPECT_INVALID_ARGUMENT(Qwen35Config::from_json(text(R"(, "hidden_size": "1024")")),
                                    "field 'hidden_size': must be an integer; got \"1024\" (string)");
@@ -226,17 +232,58 @@ TEST(Qwen35Config, BadConfigJsonFailsNamingTheField) {
   FUSEPACK_EXPECT_INVALID_ARGUMENT(
       Qwen35Config::from_json(text(R"(, "rope_parameters": {"rope_type": "default", "rope_theta": 5})")),
       "field 'rope_theta': the legacy field says 10000");
-  FUSEPACK_EXPECT_INVALID_ARGUMENT(Qwen35Config::from_json(R"({"model_type": "qwen3_5_text"})"),
-                                   "field 'rope_parameters.rope_theta': missing");
+  std::string no_theta = text("");
+  no_theta.replace(no_theta.find(R"(, "rope_theta": 10000)"), 21, "");
+  FUSEPACK_EXPECT_INVALID_ARGUMENT(Qwen35Config::from_json(no_theta), "field 'rope_parameters.rope_theta': missing");
   FUSEPACK_EXPECT_INVALID_ARGUMENT(Qwen35Config::from_json(R"({"model_type": "qwen3_next", "rope_theta": 1})"),
                                    "field 'model_type': 'qwen3_next' is not supported");
   FUSEPACK_EXPECT_INVALID_ARGUMENT(Qwen35Config::from_json(R"({"model_type": "qwen3_5"})"),
                                    "field 'text_config': the VLM form");
   FUSEPACK_EXPECT_INVALID_ARGUMENT(
-      Qwen35Config::from_json(R"({"model_type": "qwen3_5", "tie_word_embeddings": true,
-                                  "text_config": {"tie_word_embeddings": false, "rope_theta": 1}})"),
+      Qwen35Config::from_json(R"({"model_type": "qwen3_5", "tie_word_embeddings": true, "text_config": )" +
+                              text(R"(, "tie_word_embeddings": false)") + "}"),
       "field 'tie_word_embeddings': the top level says true but text_config.tie_word_embeddings says false");
   FUSEPACK_EXPECT_INVALID_ARGUMENT(Qwen35Config::from_json("{\"model_type\": "), "malformed JSON");
+}
+
+TEST(Qwen35Config, MissingRequiredSizesAreErrorsNotSilentDefaults) {
+  // A config.json without num_hidden_layers or hidden_size silently got HF's class defaults (32 layers, 4096 wide).
+  FUSEPACK_EXPECT_INVALID_ARGUMENT(
+      Qwen35Config::from_json(R"({"model_type": "qwen3_5_text", "rope_theta": 10000, "intermediate_size": 128,
+                                  "vocab_size": 256, "num_attention_heads": 4, "num_key_value_heads": 4,
+                                  "linear_num_key_heads": 2, "linear_num_value_heads": 4})"),
+      "field 'hidden_size': missing: a required field (model sizes differ between Qwen3.5 models, so none is "
+      "assumed); also missing: num_hidden_layers");
+  FUSEPACK_EXPECT_INVALID_ARGUMENT(Qwen35Config::from_json(R"({"model_type": "qwen3_5", "text_config": {}})"),
+                                   "field 'text_config.hidden_size': missing");
+  FUSEPACK_EXPECT_INVALID_ARGUMENT(Qwen35Config::from_json(R"({"model_type": "qwen3_5_text", "hidden_size": null})"),
+                                   "field 'hidden_size': missing");
+}
+
+TEST(Qwen35Config, ConfigFileErrorsNameTheFileAndWhatWasExpected) {
+  std::string const dir = ::testing::TempDir();
+  FUSEPACK_EXPECT_INVALID_ARGUMENT(Qwen35Config::from_json_file(dir), "'" + dir + "' is a directory");
+  std::string const path = dir + "fusepack_model_test_config_" + std::to_string(::getpid()) + ".json";
+  std::ofstream(path) << R"({"model_type": "qwen3_5_text", "rope_theta": 10000})";
+  FUSEPACK_EXPECT_INVALID_ARGUMENT(Qwen35Config::from_json_file(path),
+                                   path + ": config.json: field 'hidden_size': missing");
+  std::ofstream(path) << "{\"model_type\": \"qwen3_5_text\",\n  \"hidden_size\": }";
+  try {
+    Qwen35Config::from_json_file(path);
+    ADD_FAILURE() << "malformed JSON was accepted";
+  } catch (std::invalid_argument const& e) {
+    std::string const what = e.what();
+    EXPECT_EQ(what.find("json.exception"), std::string::npos) << what;  // nlohmann's tag stays inside
+    EXPECT_NE(what.find(path + ": config.json: malformed JSON (parse error at line 2, column 18"), std::string::npos)
+        << what;
+    EXPECT_NE(what.find("expected one JSON object, a Hugging Face config.json"), std::string::npos) << what;
+  }
+  std::ofstream(path) << std::string(100000, '[') + std::string(100000, ']');  // overflowed nlohmann's recursion
+  FUSEPACK_EXPECT_INVALID_ARGUMENT(Qwen35Config::from_json_file(path),
+                                   path + ": config.json: the text nests arrays and objects more than 64 levels");
+  std::ofstream(path) << std::string("\xFE\xFF\0{", 4);
+  FUSEPACK_EXPECT_INVALID_ARGUMENT(Qwen35Config::from_json_file(path), "is UTF-16 (byte order mark FE FF)");
+  std::remove(path.c_str());
 }
 
 // ------------------------------------------------------------------------------------------------------------------

@@ -407,20 +407,23 @@ TEST(FusepackTrain, ExitsWithCode2AndAMessageOnBadInput) {
   };
   std::vector<Case> const cases = {
       {"--preset qwen35-tiny", "--data is required"},
-      {"--data synthetic:n=4", "give exactly one of preset and model_config"},
+      {"--data synthetic:n=4", "give exactly one of --preset and --config"},
       {kSmallRun + " --dtype fp16", "dtype must be fp64, fp32 or bf16; got 'fp16'"},
       {kSmallRun + " --batching diagonal", "batching must be packed or padded"},
       {kSmallRun + " --steps 0", "steps must be >= 1; got 0"},
-      {kSmallRun + " --backend fused", "needs device cuda"},
+      {kSmallRun + " --backend fused", "needs --device cuda"},
       {"--preset qwen35-tiny --data /nonexistent/data.jsonl", "no file '/nonexistent/data.jsonl'"},
       {"--preset qwen35-tiny --data synthetic:n=4,vocab=1000", "exceeds the model's vocab_size 256"},
       {"--preset qwen35-tiny --data synthetic:n=4,median=100,max=100 --budget 16", "more than the token budget"},
       {kSmallRun + " --golden-check /nonexistent/golden.json", "/nonexistent/golden.json"},
       {kSmallRun + " --loss-rtol 1e-3", "tolerance options apply to --golden-check"},
-      {kSmallRun + " --golden-baseline /tmp/baseline.json", "give golden_check too"},
+      {kSmallRun + " --golden-baseline /tmp/baseline.json", "give --golden-check too"},
       {kSmallRun + " --golden-check /tmp/g.json --golden-baseline /tmp/b.json --loss-rtol 1e-3",
        "either tolerance options or --golden-baseline"},
       {kSmallRun + " --weights /nonexistent/weights", "/nonexistent/weights"},
+      // Messages name the option typed, not TrainConfig's fields.
+      {kSmallRun + " --budget 0", "invalid options: --budget must be >= 1; got 0"},
+      {kSmallRun + " --warmup 3", "--warmup must be in [0, --steps = 2]; got 3"},
   };
   for (Case const& c : cases) {
     BinaryResult const r = run_train(c.args);
@@ -428,6 +431,99 @@ TEST(FusepackTrain, ExitsWithCode2AndAMessageOnBadInput) {
     EXPECT_NE(r.out.find(c.message), std::string::npos) << c.args << "\noutput: " << r.out;
     EXPECT_EQ(r.out.find("Exception raised from"), std::string::npos) << "a C++ backtrace reached the user";
   }
+}
+
+void expect_usage_error(std::string const& args, std::string const& message) {
+  BinaryResult const r = run_train(args);
+  EXPECT_EQ(r.exit_code, 2) << args;
+  EXPECT_NE(r.out.find(message), std::string::npos) << args << "\noutput: " << r.out;
+  EXPECT_EQ(r.out.find("std::bad_alloc"), std::string::npos) << r.out;
+}
+
+TEST(FusepackTrain, RefusesAHugeSyntheticSetInsteadOfLeakingBadAlloc) {
+  expect_usage_error("--preset qwen35-tiny --data synthetic:n=1000000000000",
+                     "n must be in [1, 100000000]; got 1000000000000");
+  expect_usage_error("--preset qwen35-tiny --data synthetic:n=100000,min=20000,median=20000,max=20000",
+                     "draws 2000000000 tokens; at most 1073741824");
+}
+
+TEST(FusepackTrain, ADirectoryGivenAsAFileIsNamedAsADirectory) {
+  std::string const dir = ::testing::TempDir();
+  expect_usage_error("--preset qwen35-tiny --data " + dir, "--data " + dir + ": is a directory");
+  // Was "basic_filebuf::underflow error reading the file: Is a directory", without the path.
+  expect_usage_error(kSmallRun + " --golden-check " + dir, dir + ": is a directory; expected a golden file");
+  expect_usage_error(kSmallRun + " --golden-check " + dir + " --golden-baseline " + dir,
+                     dir + ": is a directory; expected a golden file");
+}
+
+TEST(FusepackTrain, GoldenWriteIntoAMissingFolderNamesTheFolder) {
+  std::string const missing = temp_path("_missing");
+  expect_usage_error(kSmallRun + " --golden-write " + missing + "/golden.json",
+                     "--golden-write " + missing + "/golden.json: its folder " + missing + " does not exist");
+  EXPECT_NE(::access(missing.c_str(), F_OK), 0) << "the folder was created";
+  expect_usage_error(kSmallRun + " --golden-write " + ::testing::TempDir(), ": is a directory; give a file name");
+}
+
+TEST(FusepackTrain, RefusesANegativeSeedInsteadOfWrappingIt) {
+  expect_usage_error(kSmallRun + " --seed -1", "--seed: must be a non-negative integer (0 to 2^64-1); got -1");
+}
+
+TEST(FusepackTrain, BoundsThreadsInsteadOfHanging) {
+  expect_usage_error(kSmallRun + " --threads 100000", "--threads must be >= 0 and <= 1024 (0 = ATen's default); got "
+                                                      "100000");
+}
+
+TEST(FusepackTrain, AnEmptyPathIsAnErrorNotNoOutput) {
+  // `--output ''` (an unset shell variable) exited 0 and wrote nothing.
+  expect_usage_error(kSmallRun + " --output ''", "--output is given an empty value");
+  expect_usage_error(kSmallRun + " --golden-write ''", "--golden-write is given an empty value");
+}
+
+TEST(FusepackTrain, ARepeatedOptionWithABadValueSaysItWasGivenTwice) {
+  // Was "Could not convert: --budget = 64,1e12".
+  expect_usage_error(kSmallRun + " --budget 1e12",
+                     "--budget: '1e12' is not a valid INT value (--budget was given 2 times: 64, 1e12; the last one "
+                     "counts)");
+}
+
+std::string write_jsonl_file(std::string const& suffix, std::string const& text) {
+  std::string const path = temp_path(suffix);
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(FusepackTrain, AnExampleWithoutATargetIsReportedAtLoadNamingItsLine) {
+  // Was found only at the step holding it: "the step has no target token on any rank".
+  std::string const path = write_jsonl_file(".jsonl",
+                                            "{\"input_ids\": [1, 2, 3]}\n"
+                                            "\n"
+                                            "{\"input_ids\": [4, 5, 6], \"labels\": [-100, -100, -100]}\n"
+                                            "{\"input_ids\": [7, 8]}\n");
+  expect_usage_error("--preset qwen35-tiny --steps 1 --data " + path,
+                     "1 example(s) have no target token (a label other than -100 after the first token), so a step "
+                     "made of them has no loss: line 3 (every label is -100)");
+  std::remove(path.c_str());
+  // --oversize truncate keeps an example's first --budget tokens: with prompt=0.9 those are all prompt.
+  expect_usage_error("--preset qwen35-tiny --steps 1 --budget 16 --oversize truncate "
+                     "--data synthetic:n=3,min=100,median=100,max=100,prompt=0.9",
+                     "3 example(s) have no target token (a label other than -100 after the first token), so a step "
+                     "made of them has no loss: example 0 (its 10 targets lie past the first 16 tokens, which "
+                     "--oversize truncate keeps at --budget 16)");
+}
+
+TEST(FusepackTrain, NonFiniteInitialWeightsAreRefusedNamingTheTensor) {
+  std::string const dir = temp_path("_nan");
+  ASSERT_EQ(run_train(kSmallRun + " --steps 1 --output " + dir).exit_code, 0);
+  checkpoint::Safetensors st = checkpoint::read_checkpoint(dir);
+  std::string const name = "model.layers.2.mlp.down_proj.weight";
+  ASSERT_EQ(st.tensors.count(name), 1u);
+  st.tensors.at(name).view({-1})[7] = std::nan("");
+  checkpoint::write_safetensors(dir + "/model.safetensors", st.tensors, st.metadata);
+  expect_usage_error("--config " + dir + " --weights " + dir + " --data synthetic:n=12,median=12,max=40 --steps 1",
+                     "tensor '" + name + "' holds 1 non-finite value(s) (NaN or infinity) among its 8192; the first "
+                     "at flat index 7 is nan");
+  for (char const* file : {"/config.json", "/model.safetensors"}) std::remove((dir + file).c_str());
+  ::rmdir(dir.c_str());
 }
 
 }  // namespace

@@ -1,9 +1,12 @@
 #include "trainer/model/config.h"
 
+#include "packing/json_input.h"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -223,6 +226,19 @@ void read_rope(Fields const& f, Qwen35Config& c) {
 
 Qwen35Config read_text_config(Fields const& f) {
   Qwen35Config c;
+  // The sizes that differ between Qwen3.5 models have no safe default (HF's class defaults are no released model's);
+  // the ones every release shares (head_dim 256, DeltaNet head dims 128, conv width 4) keep HF's defaults.
+  std::vector<std::string> missing;
+  for (char const* key : {"hidden_size", "intermediate_size", "vocab_size", "num_hidden_layers", "num_attention_heads",
+                          "num_key_value_heads", "linear_num_key_heads", "linear_num_value_heads"}) {
+    if (!f.has(key)) missing.push_back(f.path(key));
+  }
+  if (!missing.empty()) {
+    std::string also;
+    for (std::size_t i = 1; i < missing.size(); ++i) also += (i > 1 ? ", " : "") + missing[i];
+    fail(missing.front(), "missing: a required field (model sizes differ between Qwen3.5 models, so none is "
+                          "assumed)" + (also.empty() ? std::string() : "; also missing: " + also));
+  }
   for (char const* moe : {"num_experts", "num_experts_per_tok", "moe_intermediate_size"}) {
     if (f.has(moe) && !(f.at(moe).is_number() && f.at(moe).get<double>() == 0)) {
       fail(f.path(moe), "MoE configs (Qwen3.5-MoE, Qwen3-Next) are not supported: this is the dense Qwen3.5 model");
@@ -277,11 +293,15 @@ Qwen35Config read_text_config(Fields const& f) {
 }  // namespace
 
 Qwen35Config Qwen35Config::from_json(std::string const& text) {
+  if (std::string const problem = packing::json_text_problem(text); !problem.empty()) {
+    throw std::invalid_argument("config.json: the text " + problem);
+  }
   json doc;
   try {
     doc = json::parse(text);
   } catch (json::parse_error const& e) {
-    throw std::invalid_argument(std::string("config.json: malformed JSON: ") + e.what());
+    throw std::invalid_argument("config.json: malformed JSON (" + packing::json_parse_detail(e.what()) +
+                                "); expected one JSON object, a Hugging Face config.json");
   }
   if (!doc.is_object()) throw std::invalid_argument("config.json: must be a JSON object; got " + describe(doc));
   Fields top(doc, "");
@@ -319,6 +339,10 @@ Qwen35Config Qwen35Config::from_json(std::string const& text) {
 }
 
 Qwen35Config Qwen35Config::from_json_file(std::string const& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    throw std::invalid_argument("config file '" + path + "' is a directory; expected a config.json file");
+  }
   std::ifstream in(path);
   if (!in) throw std::invalid_argument("cannot open config file '" + path + "'");
   std::ostringstream text;

@@ -77,7 +77,11 @@ struct Qwen35Config {
   // (M-RoPE's mrope_section/mrope_interleaved are accepted: for text the three position rows are equal, so it is 1-D
   // RoPE). Unknown fields are ignored; MoE fields, a wrong type or an unsupported value throw std::invalid_argument
   // naming the field ("config.json: field 'text_config.hidden_size': must be an integer; got \"1024\" (string)").
-  // The result is validated.
+  // The sizes that differ between Qwen3.5 models are required like rope_theta (hidden_size, intermediate_size,
+  // vocab_size, num_hidden_layers, num_attention_heads, num_key_value_heads, linear_num_key_heads,
+  // linear_num_value_heads); the head dims every release shares default to HF's values. The text is checked before it
+  // is parsed (packing/json_input.h: nesting depth, UTF-16). The result is validated. from_json_file prefixes the
+  // path to every message and refuses a directory.
   static Qwen35Config from_json(std::string const& text);
   static Qwen35Config from_json_file(std::string const& path);
   // The text form ("model_type": "qwen3_5_text", rope_parameters, explicit layer_types), readable by from_json and by

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace fusepack::train {
@@ -90,70 +91,119 @@ std::string activation_checkpointing_name(std::int64_t checkpoint_every) {
   return "every-" + std::to_string(checkpoint_every);
 }
 
-void TrainConfig::validate() const {
+// The command-line option that sets each field, for fusepack-train's messages.
+constexpr std::pair<char const*, char const*> kOptionOfField[] = {
+    {"preset", "--preset"},
+    {"model_config", "--config"},
+    {"data", "--data"},
+    {"token_budget", "--budget"},
+    {"lookahead", "--lookahead"},
+    {"micro_batches", "--micro-batches"},
+    {"steps", "--steps"},
+    {"lr", "--lr"},
+    {"min_lr", "--min-lr"},
+    {"warmup_steps", "--warmup"},
+    {"weight_decay", "--weight-decay"},
+    {"beta1", "--beta1"},
+    {"beta2", "--beta2"},
+    {"eps", "--eps"},
+    {"clip_norm", "--clip-norm"},
+    {"device", "--device"},
+    {"backend", "--backend"},
+    {"dtype", "--dtype"},
+    {"threads", "--threads"},
+    {"save_every", "--save-every"},
+    {"save_dir", "--save-dir"},
+    {"keep_checkpoints", "--keep-checkpoints"},
+    {"resume", "--resume"},
+    {"checkpoint_every", "--activation-checkpointing"},
+    {"golden_write", "--golden-write"},
+    {"golden_check", "--golden-check"},
+    {"golden_baseline", "--golden-baseline"},
+    {"profile_step", "--profile-step"},
+    {"output_dir", "--output"},
+};
+
+void TrainConfig::validate(Naming naming) const {
+  auto n = [naming](char const* field) -> std::string {
+    if (naming == Naming::kOptions) {
+      for (auto const& [f, option] : kOptionOfField) {
+        if (std::string(f) == field) return option;
+      }
+    }
+    return field;
+  };
   std::vector<std::string> problems;
   auto require = [&](bool ok, std::string const& rule) {
     if (!ok) problems.push_back(rule);
   };
 
   require(preset.empty() != model_config.empty(),
-          "give exactly one of preset and model_config (config.json)" +
+          "give exactly one of " + n("preset") + " and " + n("model_config") + " (config.json)" +
               std::string(preset.empty() ? "; got neither" : "; got both"));
   if (!preset.empty()) {
     std::vector<std::string> const names = model::preset_names();
     if (std::find(names.begin(), names.end(), preset) == names.end()) {
       std::string known;
-      for (std::string const& n : names) known += (known.empty() ? "" : ", ") + n;
-      problems.push_back("unknown preset '" + preset + "' (known: " + known + ")");
+      for (std::string const& name : names) known += (known.empty() ? "" : ", ") + name;
+      problems.push_back("unknown " + n("preset") + " '" + preset + "' (known: " + known + ")");
     }
   }
-  require(!data.empty(), "data is required: a JSONL file or a synthetic:... spec");
+  require(!data.empty(), n("data") + " is required: a JSONL file or a synthetic:... spec");
 
-  require(token_budget >= 1, "token_budget must be >= 1; got " + std::to_string(token_budget));
-  require(lookahead >= 1, "lookahead must be >= 1; got " + std::to_string(lookahead));
-  require(micro_batches >= 1, "micro_batches must be >= 1; got " + std::to_string(micro_batches));
-  require(steps >= 1, "steps must be >= 1; got " + std::to_string(steps));
+  require(token_budget >= 1, n("token_budget") + " must be >= 1; got " + std::to_string(token_budget));
+  require(lookahead >= 1, n("lookahead") + " must be >= 1; got " + std::to_string(lookahead));
+  require(micro_batches >= 1, n("micro_batches") + " must be >= 1; got " + std::to_string(micro_batches));
+  require(steps >= 1, n("steps") + " must be >= 1; got " + std::to_string(steps));
 
-  require(std::isfinite(lr) && lr > 0, "lr must be finite and > 0; got " + number(lr));
+  require(std::isfinite(lr) && lr > 0, n("lr") + " must be finite and > 0; got " + number(lr));
   require(std::isfinite(min_lr) && min_lr >= 0 && min_lr <= lr,
-          "min_lr must be in [0, lr = " + number(lr) + "]; got " + number(min_lr));
-  require(warmup_steps >= 0 && warmup_steps <= steps,
-          "warmup_steps must be in [0, steps = " + std::to_string(steps) + "]; got " + std::to_string(warmup_steps));
-  require(std::isfinite(weight_decay) && weight_decay >= 0, "weight_decay must be >= 0; got " + number(weight_decay));
-  require(beta1 >= 0 && beta1 < 1, "beta1 must be in [0, 1); got " + number(beta1));
-  require(beta2 >= 0 && beta2 < 1, "beta2 must be in [0, 1); got " + number(beta2));
-  require(std::isfinite(eps) && eps >= 0, "eps must be >= 0; got " + number(eps));
+          n("min_lr") + " must be in [0, " + n("lr") + " = " + number(lr) + "]; got " + number(min_lr));
+  require(warmup_steps >= 0 && warmup_steps <= steps, n("warmup_steps") + " must be in [0, " + n("steps") + " = " +
+                                                          std::to_string(steps) + "]; got " +
+                                                          std::to_string(warmup_steps));
+  require(std::isfinite(weight_decay) && weight_decay >= 0,
+          n("weight_decay") + " must be >= 0; got " + number(weight_decay));
+  require(beta1 >= 0 && beta1 < 1, n("beta1") + " must be in [0, 1); got " + number(beta1));
+  require(beta2 >= 0 && beta2 < 1, n("beta2") + " must be in [0, 1); got " + number(beta2));
+  require(std::isfinite(eps) && eps >= 0, n("eps") + " must be >= 0; got " + number(eps));
   require(std::isfinite(clip_norm) && clip_norm >= 0,
-          "clip_norm must be >= 0 (0 = no clipping); got " + number(clip_norm));
+          n("clip_norm") + " must be >= 0 (0 = no clipping); got " + number(clip_norm));
 
-  require(valid_device(device), "device must be cpu, cuda or cuda:N; got '" + device + "'");
+  require(valid_device(device), n("device") + " must be cpu, cuda or cuda:N; got '" + device + "'");
   bool const cuda = is_cuda_device(device);
   require(backend != ops::Backend::kFused || cuda,
-          "backend fused runs fusepack's CUDA kernels and needs device cuda; got device '" + device +
-              "' (the composite backend runs on the CPU)");
-  require(dtype != DType::kBFloat16 || cuda,
-          "dtype bf16 (bf16 compute over fp32 master weights) needs device cuda; on the CPU use fp32 or fp64");
-  require(threads >= 0, "threads must be >= 0 (0 = ATen's default); got " + std::to_string(threads));
-  require(save_every >= 0, "save_every must be >= 0 (0 = only at the end); got " + std::to_string(save_every));
-  require(save_every == 0 || !save_dir.empty(), "save_every is given but save_dir, where checkpoints go, is not");
-  require(keep_checkpoints >= 1, "keep_checkpoints must be >= 1; got " + std::to_string(keep_checkpoints));
-  require(resume != "latest" || !save_dir.empty(), "resume latest needs save_dir (the folder holding `latest`)");
+          n("backend") + " fused runs fusepack's CUDA kernels and needs " + n("device") + " cuda; got " +
+              n("device") + " '" + device + "' (the composite backend runs on the CPU)");
+  require(dtype != DType::kBFloat16 || cuda, n("dtype") + " bf16 (bf16 compute over fp32 master weights) needs " +
+                                                 n("device") + " cuda; on the CPU use fp32 or fp64");
+  require(threads >= 0 && threads <= kMaxThreads,
+          n("threads") + " must be >= 0 and <= " + std::to_string(kMaxThreads) + " (0 = ATen's default); got " +
+              std::to_string(threads));
+  require(save_every >= 0,
+          n("save_every") + " must be >= 0 (0 = only at the end); got " + std::to_string(save_every));
+  require(save_every == 0 || !save_dir.empty(),
+          n("save_every") + " is given but " + n("save_dir") + ", where checkpoints go, is not");
+  require(keep_checkpoints >= 1, n("keep_checkpoints") + " must be >= 1; got " + std::to_string(keep_checkpoints));
+  require(resume != "latest" || !save_dir.empty(),
+          n("resume") + " latest needs " + n("save_dir") + " (the folder holding `latest`)");
   require(resume.empty() || (golden_write.empty() && golden_check.empty()),
           "a golden records (or is checked against) a whole run; a resumed run holds only the steps after its "
-          "checkpoint: give resume or golden_write/golden_check, not both");
-  require(checkpoint_every >= 0, "checkpoint_every must be >= 0 (0 = no activation checkpointing); got " +
+          "checkpoint: give " + n("resume") + " or " + n("golden_write") + "/" + n("golden_check") + ", not both");
+  require(checkpoint_every >= 0, n("checkpoint_every") + " must be >= 0 (0 = no activation checkpointing); got " +
                                      std::to_string(checkpoint_every));
 
   require(golden_write.empty() || golden_write != golden_check,
-          "golden_write and golden_check name the same file '" + golden_write + "'");
+          n("golden_write") + " and " + n("golden_check") + " name the same file '" + golden_write + "'");
   require(golden_baseline.empty() || !golden_check.empty(),
-          "golden_baseline '" + golden_baseline + "' is the drift allowance of a golden check: give golden_check too");
+          n("golden_baseline") + " '" + golden_baseline + "' is the drift allowance of a golden check: give " +
+              n("golden_check") + " too");
   require(profile_step == -1 || (profile_step >= 0 && profile_step < steps),
-          "profile_step must be in [0, steps = " + std::to_string(steps) + ") or -1 (off); got " +
-              std::to_string(profile_step));
+          n("profile_step") + " must be in [0, " + n("steps") + " = " + std::to_string(steps) +
+              ") or -1 (off); got " + std::to_string(profile_step));
 
   if (!problems.empty()) {
-    std::string msg = "TrainConfig is invalid: ";
+    std::string msg = naming == Naming::kOptions ? "invalid options: " : "TrainConfig is invalid: ";
     for (std::size_t i = 0; i < problems.size(); ++i) msg += (i ? "; " : "") + problems[i];
     throw std::invalid_argument(msg);
   }

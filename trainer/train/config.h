@@ -77,8 +77,8 @@ struct TrainConfig {
   ops::Backend backend = ops::Backend::kComposite;  // fused needs a CUDA device; nothing falls back
   std::string device = "cpu";       // "cpu", "cuda" or "cuda:N"
   DType dtype = DType::kFloat32;    // fp64 and fp32: parameters and compute; bf16: CUDA only
-  std::int64_t threads = 0;         // >= 0 ATen intra-op threads; 0 = ATen's default. 1 makes every CPU reduction
-                                    // run in one order, so a golden regenerates bit for bit on any machine
+  std::int64_t threads = 0;         // in [0, kMaxThreads] ATen intra-op threads; 0 = ATen's default. 1 makes every
+                                    // CPU reduction run in one order, so a golden regenerates bit for bit anywhere
   // Sharded runs (several ranks, trainer/parallel): free each layer's gathered weights after its forward and gather
   // them again for its backward (FSDP2's reshard_after_forward); false keeps them from forward to backward.
   bool reshard_after_forward = true;
@@ -108,9 +108,14 @@ struct TrainConfig {
   bool overwrite_output = false;
   std::int64_t profile_step = -1;  // profile optimizer step N (0-based, < steps); -1 = no profiling
 
+  static constexpr std::int64_t kMaxThreads = 1024;  // more threads than any CPU has cores only hang the run
+
+  // How validate() names the settings: by field ("token_budget") or by fusepack-train's option ("--budget").
+  enum class Naming { kFields, kOptions };
   // Every rule above, checked at once: throws std::invalid_argument listing each broken one
-  // ("TrainConfig is invalid: give exactly one of preset and model_config; lr must be > 0, got 0; ...").
-  void validate() const;
+  // ("TrainConfig is invalid: give exactly one of preset and model_config; lr must be > 0, got 0; ..."; with
+  // Naming::kOptions "invalid options: give exactly one of --preset and --config; --lr must be > 0, got 0; ...").
+  void validate(Naming naming = Naming::kFields) const;
 };
 
 }  // namespace fusepack::train

@@ -73,6 +73,33 @@ std::string command_line(int argc, char** argv) {
   return out;
 }
 
+// A seed is an unsigned 64-bit integer; CLI11 reads "-1" as 2^64 - 1, so a sign is refused before it converts.
+std::string non_negative_integer(std::string& text) {
+  if (text.find('-') == std::string::npos) return {};
+  return "must be a non-negative integer (0 to 2^64-1); got " + text;
+}
+
+// CLI11 reports a bad value as "Could not convert: --budget = 64,1e12", every value of a repeated option joined:
+// name the value that does not convert, and say that the option was given more than once (the last one counts).
+std::string parse_error_message(CLI::App const& app, CLI::ParseError const& e) {
+  std::string const what = e.what();
+  std::string const prefix = "Could not convert: ";
+  if (what.rfind(prefix, 0) != 0) return what;
+  std::size_t const eq = what.find(" = ");
+  std::string const name =
+      what.substr(prefix.size(), eq == std::string::npos ? std::string::npos : eq - prefix.size());
+  CLI::Option const* o = app.get_option_no_throw(name);
+  if (o == nullptr || o->results().empty()) return what;
+  std::string message = name + ": '" + o->results().back() + "' is not a valid " + o->get_type_name() + " value";
+  if (o->results().size() > 1) {
+    std::string values;
+    for (std::string const& v : o->results()) values += (values.empty() ? "" : ", ") + v;
+    message += " (" + name + " was given " + std::to_string(o->results().size()) + " times: " + values +
+               "; the last one counts)";
+  }
+  return message;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -110,7 +137,9 @@ int main(int argc, char** argv) {
   app.add_option("--beta2", c.beta2, "AdamW beta2")->capture_default_str();
   app.add_option("--eps", c.eps, "AdamW eps")->capture_default_str();
   app.add_option("--clip-norm", c.clip_norm, "clip the global gradient norm (0: no clipping)")->capture_default_str();
-  app.add_option("--seed", c.seed, "seed of the parameter init and the epoch shuffles")->capture_default_str();
+  app.add_option("--seed", c.seed, "seed of the parameter init and the epoch shuffles")
+      ->capture_default_str()
+      ->check(CLI::Validator(non_negative_integer, "UINT64"));
   app.add_option("--backend", args.backend, "composite (ATen, CPU or GPU) or fused (fusepack's CUDA kernels)")
       ->capture_default_str();
   app.add_option("--device", c.device, "cpu, cuda or cuda:N")->capture_default_str();
@@ -160,8 +189,19 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (CLI::ParseError const& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help
-    std::fprintf(stderr, "fusepack-train: %s\nRun with --help for more information.\n", e.what());
+    std::fprintf(stderr, "fusepack-train: %s\nRun with --help for more information.\n",
+                 parse_error_message(app, e).c_str());
     return 2;
+  }
+  // An empty path would mean "none" to TrainConfig: `--output ''` (an unset shell variable) then wrote nothing.
+  for (char const* path_option : {"--preset", "--config", "--weights", "--data", "--output", "--save-dir", "--resume",
+                                  "--golden-write", "--golden-check", "--golden-baseline"}) {
+    CLI::Option const* o = app.get_option(path_option);
+    if (o->count() > 0 && o->results().back().empty()) {
+      std::fprintf(stderr, "fusepack-train: %s is given an empty value; give one, or leave the option out\n",
+                   path_option);
+      return 2;
+    }
   }
 
   parallel::DistEnv env;
@@ -183,7 +223,7 @@ int main(int argc, char** argv) {
     c.backend = ops::parse_backend(args.backend);
     c.dtype = train::parse_dtype(args.dtype);
     c.checkpoint_every = train::parse_activation_checkpointing(args.activation_checkpointing);
-    c.validate();
+    c.validate(train::TrainConfig::Naming::kOptions);
     env = parallel::DistEnv::from_environment();
 
     train::RunOptions options;

@@ -157,15 +157,39 @@ void check_outputs(TrainConfig const& c, bool writer) {
   }
   if (!c.save_dir.empty()) checkpoint::check_writable_dir(c.save_dir, "save dir");
   if (writer && !c.golden_write.empty()) {
-    checkpoint::check_writable_dir(checkpoint::parent_dir(c.golden_write),
-                                   "golden file " + c.golden_write + ": folder");
+    // A golden goes into a folder that exists: a mistyped folder is named, not created.
+    std::string const folder = checkpoint::parent_dir(c.golden_write);
+    if (checkpoint::path_kind(c.golden_write) == PathKind::kDirectory) {
+      throw std::invalid_argument("--golden-write " + c.golden_write + ": is a directory; give a file name");
+    }
+    if (checkpoint::path_kind(folder) == PathKind::kMissing) {
+      throw std::invalid_argument("--golden-write " + c.golden_write + ": its folder " + folder +
+                                  " does not exist; create it first");
+    }
+    checkpoint::check_writable_dir(folder, "golden file " + c.golden_write + ": folder");
   }
+}
+
+// A NaN or infinity in the initial weights was found only as a NaN gradient, blamed on another tensor.
+void check_finite_weight(std::string const& source, std::string const& name, at::Tensor const& t) {
+  if (!t.defined() || !at::isFloatingType(t.scalar_type()) || t.numel() == 0) return;
+  at::Tensor const bad = at::logical_not(at::isfinite(t));
+  std::int64_t const count = bad.sum().item<std::int64_t>();
+  if (count == 0) return;
+  at::Tensor const flat = t.reshape({-1});
+  std::int64_t const first = bad.reshape({-1}).nonzero()[0][0].item<std::int64_t>();
+  std::ostringstream os;
+  os << "weights " << source << ": tensor '" << name << "' holds " << count << " non-finite value(s) (NaN or "
+     << "infinity) among its " << t.numel() << "; the first at flat index " << first << " is "
+     << flat[first].item<double>() << "; initial weights must be finite";
+  throw std::invalid_argument(os.str());
 }
 
 // ---- Data
 
 struct Data {
   std::vector<packing::Example> examples;
+  std::vector<std::int64_t> lines;  // each example's line in the JSONL file; empty for synthetic data
   Json description;            // provenance.dataset
   std::uint64_t content_hash;  // of every example's ids and labels
 };
@@ -183,10 +207,16 @@ Data load_data(std::string const& data, std::int64_t vocab_size) {
     d.examples = packing::make_synthetic(spec);
     d.description["synthetic"] = spec.str();
   } else {
+    if (std::filesystem::is_directory(data)) {
+      throw std::invalid_argument("--data " + data + ": is a directory; give a JSONL file or a synthetic:... spec");
+    }
     if (!std::filesystem::is_regular_file(data)) {
       throw std::invalid_argument("data: no file '" + data + "' (give a JSONL file or a synthetic:... spec)");
     }
-    d.examples = packing::load_jsonl(data, vocab_size);
+    packing::read_jsonl_numbered(data, vocab_size, [&](packing::Example&& ex, std::int64_t line) {
+      d.examples.push_back(std::move(ex));
+      d.lines.push_back(line);
+    });
     if (d.examples.empty()) throw std::invalid_argument("data " + data + ": no examples (the file is empty)");
     d.description["path"] = data;
   }
@@ -207,6 +237,48 @@ Data load_data(std::string const& data, std::int64_t vocab_size) {
   d.description["targets"] = supervised;  // shifted targets of the whole dataset (uncut)
   d.content_hash = hash;
   return d;
+}
+
+// Every example must keep a target token (a label other than -100 after its first token) once cut to the budget:
+// one without adds nothing to the loss, and a step made only of such examples has no loss at all, which was found
+// only at that step. A one-token example never has a target and is let through unless its label is -100.
+void check_targets(Data const& d, std::string const& data, TrainConfig const& c) {
+  bool const truncate = c.oversize == packing::OversizePolicy::kTruncate;
+  std::vector<std::string> bad;
+  std::int64_t count = 0, dataset_targets = 0;
+  for (std::size_t i = 0; i < d.examples.size(); ++i) {
+    std::vector<std::int32_t> const& labels = d.examples[i].labels;
+    auto const len = static_cast<std::int64_t>(labels.size());
+    std::int64_t const kept = truncate ? std::min(len, c.token_budget) : len;
+    std::int64_t targets = 0, kept_targets = 0;
+    for (std::int64_t p = 1; p < len; ++p) {
+      targets += labels[p] != packing::kIgnoreIndex;
+      kept_targets += p < kept && labels[p] != packing::kIgnoreIndex;
+    }
+    dataset_targets += kept_targets;
+    bool const masked = targets == 0 && (len >= 2 || labels[0] == packing::kIgnoreIndex);
+    if (!masked && kept_targets > 0) continue;
+    if (!masked && targets == 0) continue;  // a one-token example
+    ++count;
+    if (bad.size() >= 5) continue;
+    std::string const which = d.lines.empty() ? "example " + std::to_string(i)
+                                              : "line " + std::to_string(d.lines[i]);
+    bad.push_back(masked ? which + " (every label is -100)"
+                         : which + " (its " + std::to_string(targets) + " targets lie past the first " +
+                               std::to_string(kept) + " tokens, which --oversize truncate keeps at --budget " +
+                               std::to_string(c.token_budget) + ")");
+  }
+  if (count == 0 && dataset_targets > 0) return;
+  std::string list;
+  for (std::string const& b : bad) list += (list.empty() ? "" : ", ") + b;
+  if (count > static_cast<std::int64_t>(bad.size())) list += ", and " + std::to_string(count - bad.size()) + " more";
+  if (count == 0) {
+    throw std::invalid_argument("data " + data + ": no example has a target token (a label other than -100 after its "
+                                "first token); there is nothing to train on");
+  }
+  throw std::invalid_argument("data " + data + ": " + std::to_string(count) + " example(s) have no target token (a "
+                              "label other than -100 after the first token), so a step made of them has no loss: " +
+                              list + "; remove them or unmask their targets");
 }
 
 // The plans of successive epochs, one micro-batch at a time, in the layout the run trains on.
@@ -574,6 +646,7 @@ RunResult run_training(TrainConfig const& config, RunOptions const& options) {
   result.world_size = world;
   result.model_config = load_model_config(config);
   Data const data = load_data(config.data, result.model_config.vocab_size);
+  check_targets(data, config.data, config);
   std::string const fingerprint = run_fingerprint(config, result.model_config, data, world).dump();
   if (comm) check_same_settings(*comm, fingerprint);
   check_outputs(config, writer);
@@ -595,11 +668,13 @@ RunResult run_training(TrainConfig const& config, RunOptions const& options) {
   if (!config.weights.empty()) {
     if (sharded) {
       parallel::LoadedRows const loaded = parallel::load_sharded_checkpoint(*sharded, config.weights);
+      for (optim::NamedParameter const& p : sharded->parameters()) check_finite_weight(config.weights, p.name, p.param);
       log.line("weights: " + config.weights + " (" + std::to_string(loaded.tensors) + " tensors from " +
                std::to_string(loaded.files) + " file(s), each rank reading its own rows; " +
                std::to_string(loaded.skipped) + " vision/MTP tensors skipped)");
     } else {
       checkpoint::Qwen35TextCheckpoint ckpt = checkpoint::read_qwen35_text_checkpoint(config.weights);
+      for (auto const& [name, t] : ckpt.tensors) check_finite_weight(config.weights, name, t);
       model.load_state(ckpt.tensors, /*convert_dtype=*/true);
       log.line("weights: " + config.weights + " (" + std::to_string(ckpt.tensors.size()) + " tensors from " +
                std::to_string(ckpt.files.size()) + " file(s); " +
