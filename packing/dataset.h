@@ -36,10 +36,10 @@ class DatasetError : public std::runtime_error {
 using ExampleSink = std::function<void(Example&& example)>;
 
 // Reads every example of `path` in file order and calls `sink` with it; returns the number of examples. Ids must lie
-// in [0, vocab_size); examples must be non-empty (DESIGN section 3); labels must have the length of input_ids and
-// hold, at each position, kIgnoreIndex or that position's token (DESIGN section 3 defines the shifted label of t as
-// tokens[t+1] or -100, so a label that is some other id has no meaning here). Throws DatasetError at the first bad
-// line.
+// in [0, vocab_size); examples must be non-empty (docs/contracts.md, batches); labels must have the length of input_ids
+// and hold, at each position, kIgnoreIndex or that position's token (docs/contracts.md, batches defines the shifted
+// label of t as tokens[t+1] or -100, so a label that is some other id has no meaning here). Throws DatasetError at the
+// first bad line.
 std::int64_t read_jsonl(std::string const& path, std::int64_t vocab_size, ExampleSink const& sink);
 // The same over a stream; `name` stands for the file in error messages.
 std::int64_t read_jsonl(std::istream& in, std::string const& name, std::int64_t vocab_size, ExampleSink const& sink);

@@ -1,7 +1,7 @@
 // fusepack-gradcheck: the kernel developer's tool. Runs one op on any shape, forward and every gradient, and
 // compares it with the fp64 reference:
-//   --backend fused (default): the fused kernel on the GPU under the DESIGN section 5 rule, with the ATen composite
-//     in the same dtype as baseline: max|fused − ref64| <= 2·max|composite − ref64| + one rounding step;
+//   --backend fused (default): the fused kernel on the GPU under the numerics rule of docs/contracts.md, with the
+//     ATen composite in the same dtype as baseline: max|fused − ref64| <= 2·max|composite − ref64| + one rounding step;
 //   --backend composite: the composite itself on --device cpu|cuda in fp64 (allclose, 1e-10 relative: the two differ
 //     only in operation order) or fp32 (relative RMS <= 1e-5, tests/support/torch_bridge.h says why).
 // gated_delta's decay g, initial and final states are fp32 whatever --dtype says (fp64 with --dtype fp64); in a

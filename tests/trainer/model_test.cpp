@@ -289,7 +289,8 @@ TEST(Qwen35Config, ConfigFileErrorsNameTheFileAndWhatWasExpected) {
 // ------------------------------------------------------------------------------------------------------------------
 // Parameter names and shapes
 
-// research/qwen-architecture.md section 3.1, Qwen3.5-27B, one layer of each type (names without "model.layers.i.").
+// Qwen3.5-27B as transformers names and shapes its parameters, one layer of each type (names without
+// "model.layers.i.").
 std::map<std::string, Shape> qwen35_27b_linear_layer() {
   return {
       {"linear_attn.in_proj_qkv.weight", {10240, 5120}},

@@ -1,4 +1,4 @@
-// Qwen35Config: the dense Qwen3.5 text model's hyperparameters (research/qwen-architecture.md section 2), read from and
+// Qwen35Config: the dense Qwen3.5 text model's hyperparameters (transformers' Qwen3.5 text config), read from and
 // written to Hugging Face config.json, checked in one place (validate), and the named presets. No torch here.
 #pragma once
 
