@@ -230,6 +230,8 @@ GoldenError::GoldenError(std::string file, std::string field, std::string const&
 
 void validate(GoldenFile const& file, std::string const& name) { validate_values(file, name); }
 
+std::string provenance_json(Provenance const& p) { return to_json(p).dump(); }
+
 void write_golden(std::ostream& out, GoldenFile const& file, std::string const& name) {
   validate_values(file, name);
   // The header indented like the rest of the document, then one compact record per line (easy to read and diff).

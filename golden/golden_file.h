@@ -76,4 +76,8 @@ GoldenFile read_golden(std::istream& in, std::string const& name);
 // Now, in the `date` format.
 std::string utc_now_iso8601();
 
+// The provenance as one compact JSON object, its JSON-text fields (model_config, dataset, batching) as objects: the
+// golden file's header, and the first line of a run's metrics file.
+std::string provenance_json(Provenance const& p);
+
 }  // namespace fusepack::golden

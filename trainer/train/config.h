@@ -107,6 +107,9 @@ struct TrainConfig {
   // refused before the first step, so no file fusepack did not write is ever deleted or overwritten.
   bool overwrite_output = false;
   std::int64_t profile_step = -1;  // profile optimizer step N (0-based, < steps); -1 = no profiling
+  // Per-step metrics as JSON Lines (metrics.h), written by rank 0 as the run goes; a resumed run appends to it. An
+  // existing file is refused unless the run resumes or overwrite_output. Empty: none.
+  std::string metrics;
 
   static constexpr std::int64_t kMaxThreads = 1024;  // more threads than any CPU has cores only hang the run
 

@@ -161,6 +161,9 @@ int main(int argc, char** argv) {
   app.add_option("--resume", c.resume,
                  "continue from a training checkpoint: its folder, a save dir, or `latest` (--save-dir's); the run "
                  "must repeat its settings (any number of ranks)");
+  app.add_option("--metrics", c.metrics,
+                 "write every step's loss, grad norm, lr, tokens, tokens/s and memory here as JSON Lines (after a "
+                 "first line with the run's settings; a resumed run appends)");
   app.add_option("--golden-write", c.golden_write, "write the run as a golden loss file");
   app.add_option("--golden-check", c.golden_check, "compare the run with a golden loss file step by step (exit 1 on "
                                                    "failure)");
@@ -195,7 +198,7 @@ int main(int argc, char** argv) {
   }
   // An empty path would mean "none" to TrainConfig: `--output ''` (an unset shell variable) then wrote nothing.
   for (char const* path_option : {"--preset", "--config", "--weights", "--data", "--output", "--save-dir", "--resume",
-                                  "--golden-write", "--golden-check", "--golden-baseline"}) {
+                                  "--golden-write", "--golden-check", "--golden-baseline", "--metrics"}) {
     CLI::Option const* o = app.get_option(path_option);
     if (o->count() > 0 && o->results().back().empty()) {
       std::fprintf(stderr, "fusepack-train: %s is given an empty value; give one, or leave the option out\n",

@@ -14,6 +14,7 @@
 #include "trainer/parallel/sharded_checkpoint.h"
 #include "trainer/checkpoint/files.h"
 #include "trainer/train/fingerprint.h"
+#include "trainer/train/metrics.h"
 #include "trainer/train/profile.h"
 #include "trainer/train/trainer.h"
 #include "trainer/train/training_checkpoint.h"
@@ -156,6 +157,19 @@ void check_outputs(TrainConfig const& c, bool writer) {
     checkpoint::check_writable_dir(c.output_dir, "output");
   }
   if (!c.save_dir.empty()) checkpoint::check_writable_dir(c.save_dir, "save dir");
+  if (writer && !c.metrics.empty()) {
+    PathKind const kind = checkpoint::path_kind(c.metrics);
+    if (kind == PathKind::kDirectory) throw std::invalid_argument("--metrics " + c.metrics + ": is a directory");
+    if (kind != PathKind::kMissing && c.resume.empty() && !c.overwrite_output) {
+      throw std::invalid_argument("--metrics " + c.metrics + ": exists (--overwrite replaces it; a run that resumes "
+                                  "appends to it)");
+    }
+    std::string const folder = checkpoint::parent_dir(c.metrics);
+    if (checkpoint::path_kind(folder) == PathKind::kMissing) {
+      throw std::invalid_argument("--metrics " + c.metrics + ": its folder " + folder + " does not exist");
+    }
+    checkpoint::check_writable_dir(folder, "metrics file " + c.metrics + ": folder");
+  }
   if (writer && !c.golden_write.empty()) {
     // A golden goes into a folder that exists: a mistyped folder is named, not created.
     std::string const folder = checkpoint::parent_dir(c.golden_write);
@@ -743,6 +757,15 @@ RunResult run_training(TrainConfig const& config, RunOptions const& options) {
     log.line("checkpoint saved: " + dir);
   };
 
+  std::ostringstream device_text;
+  device_text << (comm ? c10::Device(device.type()) : device);
+  std::optional<MetricsFile> metrics;
+  if (writer && !config.metrics.empty()) {
+    metrics.emplace(config.metrics,
+                    golden::provenance_json(make_provenance(config, result.model_config, data, options.command, world,
+                                                    device_text.str())),
+                    /*append=*/!config.resume.empty());
+  }
   result.setup_seconds = seconds_since(start);
   if (device.is_cuda()) {  // the peak reported at the end is the training steps', not the loading's
     c10::getDeviceAllocator(device.type())->resetPeakStats(device_index(device));
@@ -801,6 +824,7 @@ RunResult run_training(TrainConfig const& config, RunOptions const& options) {
     m.seconds = seconds_since(step_start);
     result.steps.push_back(m);
     log.line(step_log_line(m, config.steps));
+    if (metrics) metrics->step(m, device.is_cuda() ? device_allocated_bytes(device, false) : -1);
     if (profiler) {
       result.profile = profiler->stop();
       log.text(profile_text(*result.profile));
@@ -852,8 +876,6 @@ RunResult run_training(TrainConfig const& config, RunOptions const& options) {
     log.line("weights written: " + config.output_dir + " (config.json, model.safetensors)");
   }
 
-  std::ostringstream device_text;
-  device_text << (comm ? c10::Device(device.type()) : device);
   result.golden.provenance = make_provenance(config, result.model_config, data, options.command, world,
                                              device_text.str());
   result.golden.steps = result.records();
@@ -880,6 +902,7 @@ RunResult run_training(TrainConfig const& config, RunOptions const& options) {
   if (!result.steps.empty()) {
     result.summary = summarize(result.steps, seconds_since(start));
     log.text(summary_text(result.summary));
+    if (metrics) metrics->summary(result.summary);
   }
   return result;
 }
