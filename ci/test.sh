@@ -8,4 +8,5 @@ build_dir=${FUSEPACK_BUILD_DIR:-build}
 bash ci/build.sh
 export FUSEPACK_TEST_LEVEL=${FUSEPACK_TEST_LEVEL:-smoke}
 echo "[test] FUSEPACK_TEST_LEVEL=$FUSEPACK_TEST_LEVEL FUSEPACK_SEED=${FUSEPACK_SEED:-default}"
-ctest --test-dir "$build_dir" --output-on-failure --test-output-size-passed 262144 --test-output-size-failed 1048576 --output-junit "$(cd "$build_dir" && pwd)/junit.xml" -j "${FUSEPACK_JOBS:-$(nproc)}" "$@"
+# One test per core, so each test's CPU thread pool gets one thread (more only oversubscribe the cores).
+OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} ctest --test-dir "$build_dir" --output-on-failure --test-output-size-passed 262144 --test-output-size-failed 1048576 --output-junit "$(cd "$build_dir" && pwd)/junit.xml" -j "${FUSEPACK_JOBS:-$(nproc)}" "$@"
