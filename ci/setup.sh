@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what a fresh Debian machine lacks to build and test fusepack, idempotently:
 #   - Debian packages: compilers' companions (ninja, ccache), Eigen, GoogleTest, RapidCheck, Gloo headers,
-#     nlohmann-json, CLI11;
+#     nlohmann-json, CLI11, and clang with its runtime libraries (libFuzzer) for ci/fuzz.sh;
 #   - LibTorch from the PyPI `torch` wheel, pinned to FUSEPACK_TORCH_VERSION (default 2.11.0, the GPU machine's
 #     version), in a virtual environment under FUSEPACK_DEPS (default ~/.cache/fusepack).
 # A second run only checks and returns within seconds. Writes the LibTorch CMake prefix to
@@ -11,7 +11,7 @@ set -euo pipefail
 FUSEPACK_DEPS=${FUSEPACK_DEPS:-$HOME/.cache/fusepack}
 TORCH_VERSION=${FUSEPACK_TORCH_VERSION:-2.11.0}
 DEB_PACKAGES=(cmake ninja-build ccache g++ python3-venv libeigen3-dev libgtest-dev librapidcheck-dev libgloo-dev
-              nlohmann-json3-dev libcli11-dev)
+              nlohmann-json3-dev libcli11-dev clang libclang-rt-dev)
 
 log() { printf '[setup] %s\n' "$*"; }
 

@@ -284,6 +284,9 @@ GoldenFile read_golden(std::istream& in, std::string const& name) {
                                     packing::json_parse_detail(e.what()) +
                                     "); expected a golden file: one JSON object {\"format\": \"" + kFormatName +
                                     "\", ...}");
+  } catch (Json::out_of_range const& e) {  // a number beyond double's range, such as 1e400
+    throw GoldenError(name, "", "a number is out of range (" + packing::json_parse_detail(e.what()) +
+                                    "); losses, grad norms and learning rates must be finite");
   }
   GoldenFile out = Reader(name).file(doc);
   validate_values(out, name);

@@ -91,6 +91,8 @@ class LineReader {
       doc = json::parse(text, on_event);
     } catch (json::parse_error const& e) {
       fail("", parse_error_message(text, e));
+    } catch (json::out_of_range const& e) {  // a number beyond double's range, such as 1e400
+      fail("", "a number is out of range (" + json_parse_detail(e.what()) + "); token ids must be integers");
     }
     if (!duplicate.empty()) {
       fail(duplicate, "given twice on the line; each line must give \"" + duplicate + "\" once");

@@ -1,5 +1,6 @@
 #include "tests/support/random.h"
 
+#include <limits>
 #include <stdexcept>
 #include <string>
 
@@ -36,6 +37,10 @@ std::vector<std::int32_t> cu_seqlens_from_lengths(std::vector<int> const& length
   std::vector<std::int32_t> cu{0};
   for (int len : lengths) {
     if (len < 0) throw std::invalid_argument("cu_seqlens_from_lengths: negative length " + std::to_string(len));
+    if (len > std::numeric_limits<std::int32_t>::max() - cu.back()) {
+      throw std::invalid_argument("cu_seqlens_from_lengths: the lengths add up to more than int32 offsets hold (" +
+                                  std::to_string(std::numeric_limits<std::int32_t>::max()) + ")");
+    }
     cu.push_back(cu.back() + len);
   }
   return cu;

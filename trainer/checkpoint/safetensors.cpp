@@ -1,6 +1,7 @@
 #include "trainer/checkpoint/safetensors.h"
 
 #include "trainer/checkpoint/files.h"
+#include "trainer/checkpoint/safetensors_header.h"
 
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
@@ -29,27 +30,22 @@ namespace {
 using nlohmann::json;
 using nlohmann::ordered_json;
 
+// safetensors_header.h's dtypes as ATen's.
 struct DtypeEntry {
-  char const* name;
+  SafetensorsDtype dtype;
   at::ScalarType type;
-  std::int64_t size;  // bytes per element
 };
 
 constexpr DtypeEntry kDtypes[] = {
-    {"F64", at::kDouble, 8}, {"F32", at::kFloat, 4}, {"F16", at::kHalf, 2}, {"BF16", at::kBFloat16, 2},
-    {"I64", at::kLong, 8},   {"I32", at::kInt, 4},   {"I16", at::kShort, 2}, {"I8", at::kChar, 1},
-    {"U8", at::kByte, 1},    {"BOOL", at::kBool, 1},
+    {SafetensorsDtype::kF64, at::kDouble}, {SafetensorsDtype::kF32, at::kFloat}, {SafetensorsDtype::kF16, at::kHalf},
+    {SafetensorsDtype::kBF16, at::kBFloat16}, {SafetensorsDtype::kI64, at::kLong}, {SafetensorsDtype::kI32, at::kInt},
+    {SafetensorsDtype::kI16, at::kShort}, {SafetensorsDtype::kI8, at::kChar}, {SafetensorsDtype::kU8, at::kByte},
+    {SafetensorsDtype::kBool, at::kBool},
 };
 
-std::string supported_dtypes() {
-  std::string s;
-  for (auto const& d : kDtypes) s += (s.empty() ? "" : ", ") + std::string(d.name);
-  return s;
-}
-
-DtypeEntry const* find_dtype(std::string const& name) {
+DtypeEntry const* find_dtype(SafetensorsDtype dtype) {
   for (auto const& d : kDtypes) {
-    if (name == d.name) return &d;
+    if (dtype == d.dtype) return &d;
   }
   return nullptr;
 }
@@ -66,23 +62,6 @@ std::string shape_str(Ints const& shape) {
   std::string s = "[";
   for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
   return s + "]";
-}
-
-// numel × element_size of a shape of non-negative dimensions, or -1 when that does not fit in int64.
-std::int64_t byte_count(std::vector<std::int64_t> const& shape, std::int64_t element_size) {
-  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) return 0;
-  std::int64_t bytes = element_size;
-  for (std::int64_t const dim : shape) {
-    if (bytes > std::numeric_limits<std::int64_t>::max() / dim) return -1;
-    bytes *= dim;
-  }
-  return bytes;
-}
-
-std::string describe(json const& v) {
-  std::string s = v.dump();
-  if (s.size() > 60) s = s.substr(0, 57) + "...";
-  return s + " (" + v.type_name() + ")";
 }
 
 std::string in_quotes(std::string const& name) { return "'" + name + "'"; }
@@ -103,92 +82,6 @@ void require_little_endian() {
     throw std::runtime_error("safetensors data is little-endian and this host is big-endian; fusepack does not "
                              "byte-swap");
   }
-}
-
-// nlohmann keeps the last of two equal keys silently; the safetensors format disallows duplicates, so they are
-// caught while parsing, at every level. `where` starts every error message ("safetensors <path>: header").
-json parse_json(std::string const& text, std::string const& where) {
-  std::vector<std::set<std::string>> keys;  // one set per open object
-  json::parser_callback_t const cb = [&](int /*depth*/, json::parse_event_t event, json& parsed) {
-    if (event == json::parse_event_t::object_start) {
-      keys.emplace_back();
-    } else if (event == json::parse_event_t::object_end) {
-      keys.pop_back();
-    } else if (event == json::parse_event_t::key && !keys.empty()) {
-      std::string const key = parsed.get<std::string>();
-      if (!keys.back().insert(key).second) throw std::runtime_error(where + " has the key " + in_quotes(key) + " twice");
-    }
-    return true;
-  };
-  try {
-    return json::parse(text, cb);
-  } catch (json::parse_error const& e) {
-    std::string const msg = e.what();
-    std::size_t const colon = msg.find(": ");
-    throw std::runtime_error(where + " is not valid JSON (at byte " + std::to_string(e.byte) +
-                             "): " + (colon == std::string::npos ? msg : msg.substr(colon + 2)));
-  }
-}
-
-// A non-negative JSON integer that fits in int64, or an error naming `field`.
-std::int64_t non_negative(json const& v, std::string const& path, std::string const& name, std::string const& field) {
-  if (v.is_number_unsigned()) {
-    if (v.get<std::uint64_t>() > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
-      fail_tensor(path, name, field + " " + v.dump() + " is too large");
-    }
-    return static_cast<std::int64_t>(v.get<std::uint64_t>());
-  }
-  if (v.is_number_integer() && v.get<std::int64_t>() >= 0) return v.get<std::int64_t>();
-  fail_tensor(path, name, field + " must be a non-negative integer; got " + describe(v));
-}
-
-TensorInfo parse_entry(std::string const& path, std::string const& name, json const& entry, std::int64_t buffer) {
-  if (!entry.is_object()) {
-    fail_tensor(path, name, "entry must be an object {dtype, shape, data_offsets}; got " + describe(entry));
-  }
-  TensorInfo info;
-  info.name = name;
-  auto const field = [&](char const* key) -> json const& {
-    auto const it = entry.find(key);
-    if (it == entry.end()) fail_tensor(path, name, std::string("has no \"") + key + "\"");
-    return *it;
-  };
-
-  json const& dtype = field("dtype");
-  if (!dtype.is_string()) fail_tensor(path, name, "dtype must be a string; got " + describe(dtype));
-  DtypeEntry const* d = find_dtype(dtype.get<std::string>());
-  if (d == nullptr) {
-    fail_tensor(path, name, "unknown dtype " + dtype.dump() + " (supported: " + supported_dtypes() + ")");
-  }
-  info.dtype = d->type;
-
-  json const& shape = field("shape");
-  if (!shape.is_array()) fail_tensor(path, name, "shape must be an array of integers; got " + describe(shape));
-  for (std::size_t i = 0; i < shape.size(); ++i) {
-    info.shape.push_back(non_negative(shape[i], path, name, "shape[" + std::to_string(i) + "]"));
-  }
-  std::int64_t const expected = byte_count(info.shape, d->size);
-  if (expected < 0) fail_tensor(path, name, "shape " + shape_str(info.shape) + " holds more bytes than int64 counts");
-
-  json const& offsets = field("data_offsets");
-  if (!offsets.is_array() || offsets.size() != 2) {
-    fail_tensor(path, name, "data_offsets must be [begin, end]; got " + describe(offsets));
-  }
-  info.begin = non_negative(offsets[0], path, name, "data_offsets[0]");
-  info.end = non_negative(offsets[1], path, name, "data_offsets[1]");
-  std::string const range = "data_offsets [" + std::to_string(info.begin) + ", " + std::to_string(info.end) + "]";
-  if (info.end < info.begin) fail_tensor(path, name, range + " end before begin");
-  if (info.end > buffer) {
-    fail_tensor(path, name, range + " reach past the end of the data buffer: expected end <= " +
-                                std::to_string(buffer) + " (the buffer's size in bytes), got " +
-                                std::to_string(info.end));
-  }
-  if (info.end - info.begin != expected) {
-    fail_tensor(path, name, range + " do not match shape " + shape_str(info.shape) + " of " + d->name +
-                                ": expected " + std::to_string(expected) + " bytes, got " +
-                                std::to_string(info.end - info.begin));
-  }
-  return info;
 }
 
 std::ifstream open_for_reading(std::string const& path) {
@@ -234,8 +127,6 @@ void read_tensors(std::string const& path, SafetensorsHeader const& header, Name
   }
 }
 
-std::string metadata_value(json const& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
-
 [[noreturn]] void index_fail(std::string const& path, std::string const& what) {
   throw std::runtime_error("checkpoint index " + path + ": " + what);
 }
@@ -252,37 +143,13 @@ CheckpointFiles sharded_files(std::string const& path) {
   if (!in) index_fail(path, std::string("cannot open for reading: ") + std::strerror(errno));
   std::stringstream text;
   text << in.rdbuf();
-  json const doc = parse_json(text.str(), "checkpoint index " + path);
-  if (!doc.is_object()) index_fail(path, "must be a JSON object {metadata, weight_map}; got " + describe(doc));
-  auto const map_it = doc.find("weight_map");
-  if (map_it == doc.end() || !map_it->is_object()) {
-    index_fail(path, "needs \"weight_map\": {tensor name: shard file}; got " +
-                         (map_it == doc.end() ? std::string("none") : describe(*map_it)));
-  }
-
+  ParsedIndex index = parse_safetensors_index(path, text.str());
   CheckpointFiles out;
-  auto const meta_it = doc.find("metadata");
-  if (meta_it != doc.end()) {
-    if (!meta_it->is_object()) index_fail(path, "\"metadata\" must be an object; got " + describe(*meta_it));
-    for (auto const& [k, v] : meta_it->items()) out.metadata[k] = metadata_value(v);
-  }
-
-  std::map<std::string, std::set<std::string>> shards;  // shard file → the tensors weight_map puts there
-  for (auto const& [name, file] : map_it->items()) {
-    if (!file.is_string()) {
-      index_fail(path, "weight_map[" + in_quotes(name) + "] must be a shard file name; got " + describe(file));
-    }
-    std::string const f = file.get<std::string>();
-    if (f.empty() || f.find('/') != std::string::npos || f == "." || f == "..") {
-      index_fail(path, "weight_map[" + in_quotes(name) + "] is " + in_quotes(f) +
-                 ", not the name of a file in the index's folder");
-    }
-    shards[f].insert(name);
-  }
+  out.metadata = std::move(index.metadata);
 
   // Every shard's header is checked against weight_map before any tensor is read.
   std::string const dir = parent_dir(path);
-  for (auto const& [file, names] : shards) {
+  for (auto const& [file, names] : index.shards) {
     std::string const shard = join(dir, file);
     if (path_kind(shard) != PathKind::kFile) {
       index_fail(path, "weight_map puts " + std::to_string(names.size()) + " tensors (e.g. " + in_quotes(*names.begin()) +
@@ -299,10 +166,10 @@ CheckpointFiles sharded_files(std::string const& path) {
     }
     for (std::string const& name : held) {
       if (names.count(name) == 0) {
-        auto const listed = map_it->find(name);
+        auto const listed = index.weight_map.find(name);
         index_fail(path, "shard " + in_quotes(file) + " holds tensor " + in_quotes(name) + ", which weight_map " +
-                   (listed == map_it->end() ? std::string("does not list")
-                                            : "puts in shard " + in_quotes(listed->get<std::string>())));
+                   (listed == index.weight_map.end() ? std::string("does not list")
+                                                     : "puts in shard " + in_quotes(listed->second)));
       }
     }
     out.headers.emplace_back(shard, std::move(header));
@@ -400,12 +267,12 @@ std::int64_t checked_bytes(std::string const& where, TensorEntry const& entry) {
   DtypeEntry const* d = find_dtype(entry.dtype);
   if (d == nullptr) {
     throw std::runtime_error(what + "dtype " + c10::toString(entry.dtype) + " cannot be written (supported: " +
-                             supported_dtypes() + ")");
+                             supported_safetensors_dtypes() + ")");
   }
   for (std::int64_t const dim : entry.shape) {
     if (dim < 0) throw std::runtime_error(what + "shape " + shape_str(entry.shape) + " has a negative dimension");
   }
-  std::int64_t const bytes = byte_count(entry.shape, d->size);
+  std::int64_t const bytes = safetensors_byte_count(entry.shape, element_size(d->dtype));
   if (bytes < 0) {
     throw std::runtime_error(what + "shape " + shape_str(entry.shape) + " holds more bytes than int64 counts");
   }
@@ -433,8 +300,9 @@ FilePlan plan_file(std::string path, std::vector<TensorEntry const*> entries, Me
   }
   std::int64_t offset = 0;
   for (TensorEntry const* e : entries) {
-    std::int64_t const nbytes = byte_count(e->shape, static_cast<std::int64_t>(c10::elementSize(e->dtype)));
-    header[e->name] = {{"dtype", find_dtype(e->dtype)->name},
+    std::int64_t const nbytes =
+        safetensors_byte_count(e->shape, static_cast<std::int64_t>(c10::elementSize(e->dtype)));
+    header[e->name] = {{"dtype", dtype_name(find_dtype(e->dtype)->dtype)},
                        {"shape", e->shape},
                        {"data_offsets", {offset, offset + nbytes}}};
     offset += nbytes;
@@ -497,9 +365,9 @@ std::string safetensors_dtype_name(at::ScalarType dtype) {
   DtypeEntry const* d = find_dtype(dtype);
   if (d == nullptr) {
     throw std::invalid_argument(std::string("dtype ") + c10::toString(dtype) +
-                                " has no safetensors name here (supported: " + supported_dtypes() + ")");
+                                " has no safetensors name here (supported: " + supported_safetensors_dtypes() + ")");
   }
-  return d->name;
+  return dtype_name(d->dtype);
 }
 
 SafetensorsHeader read_safetensors_header(std::string const& path) {
@@ -517,66 +385,19 @@ SafetensorsHeader read_safetensors_header(std::string const& path) {
   }
   unsigned char len[8];
   in.read(reinterpret_cast<char*>(len), 8);
-  std::uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = (n << 8) | len[i];
-  if (n > static_cast<std::uint64_t>(size - 8)) {
-    fail(path, "header length " + std::to_string(n) + " is larger than the file allows: expected at most " +
-                   std::to_string(size - 8) + " (file size " + std::to_string(size) + " minus 8)");
-  }
-  if (n > static_cast<std::uint64_t>(kMaxHeaderBytes)) {
-    fail(path, "header length " + std::to_string(n) + " exceeds the limit of " + std::to_string(kMaxHeaderBytes) +
-                   " bytes");
-  }
+  std::uint64_t const n = safetensors_header_length(path, len, size, kMaxHeaderBytes);
   std::string text(n, '\0');
   in.read(text.data(), static_cast<std::streamsize>(n));
-  if (static_cast<std::uint64_t>(in.gcount()) != n) fail(path, "could not read the " + std::to_string(n) + "-byte header");
-  if (text.empty() || text[0] != '{') {
-    fail(path, "header must be a JSON object starting with '{'; got " +
-                   (text.empty() ? std::string("an empty header")
-                                 : "byte " + std::to_string(+static_cast<unsigned char>(text[0])) + " ('" +
-                                       (std::isprint(static_cast<unsigned char>(text[0])) ? text.substr(0, 1) : "?") + "')"));
+  if (static_cast<std::uint64_t>(in.gcount()) != n) {
+    fail(path, "could not read the " + std::to_string(n) + "-byte header");
   }
-  json const doc = parse_json(text, "safetensors " + path + ": header");
-  if (!doc.is_object()) fail(path, "header must be a JSON object; got " + describe(doc));
+  ParsedHeader parsed = parse_safetensors_header(path, text, size);
 
   SafetensorsHeader header;
-  header.data_start = 8 + static_cast<std::int64_t>(n);
-  std::int64_t const buffer = size - header.data_start;
-  for (auto const& [name, entry] : doc.items()) {
-    if (name == "__metadata__") {
-      if (!entry.is_object()) fail(path, "__metadata__ must be an object of strings; got " + describe(entry));
-      for (auto const& [k, v] : entry.items()) {
-        if (!v.is_string()) fail(path, "__metadata__[" + in_quotes(k) + "] must be a string; got " + describe(v));
-        header.metadata[k] = v.get<std::string>();
-      }
-      continue;
-    }
-    header.tensors.push_back(parse_entry(path, name, entry, buffer));
-  }
-
-  std::sort(header.tensors.begin(), header.tensors.end(), [](TensorInfo const& a, TensorInfo const& b) {
-    return std::tie(a.begin, a.end, a.name) < std::tie(b.begin, b.end, b.name);
-  });
-  std::int64_t covered = 0;
-  std::string previous;
-  for (TensorInfo const& info : header.tensors) {
-    std::string const range = "data_offsets [" + std::to_string(info.begin) + ", " + std::to_string(info.end) + "]";
-    if (info.begin < covered) {
-      fail_tensor(path, info.name, range + " overlap tensor " + in_quotes(previous) + ", which ends at " +
-                                       std::to_string(covered) + ": expected begin " + std::to_string(covered) +
-                                       ", got " + std::to_string(info.begin));
-    }
-    if (info.begin > covered) {
-      fail_tensor(path, info.name, range + " leave bytes [" + std::to_string(covered) + ", " +
-                                       std::to_string(info.begin) + ") of the buffer to no tensor: expected begin " +
-                                       std::to_string(covered) + ", got " + std::to_string(info.begin));
-    }
-    covered = info.end;
-    previous = info.name;
-  }
-  if (covered != buffer) {
-    fail(path, "the tensors cover " + std::to_string(covered) + " bytes of the data buffer, but the file holds " +
-                   std::to_string(buffer) + " after the header: expected the tensors to cover all of it");
+  header.data_start = parsed.data_start;
+  header.metadata = std::move(parsed.metadata);
+  for (HeaderEntry& e : parsed.tensors) {
+    header.tensors.push_back({std::move(e.name), find_dtype(e.dtype)->type, std::move(e.shape), e.begin, e.end});
   }
   return header;
 }

@@ -302,6 +302,9 @@ Qwen35Config Qwen35Config::from_json(std::string const& text) {
   } catch (json::parse_error const& e) {
     throw std::invalid_argument("config.json: malformed JSON (" + packing::json_parse_detail(e.what()) +
                                 "); expected one JSON object, a Hugging Face config.json");
+  } catch (json::out_of_range const& e) {  // a number beyond double's range, such as 1e400
+    throw std::invalid_argument("config.json: a number is out of range (" + packing::json_parse_detail(e.what()) +
+                                ")");
   }
   if (!doc.is_object()) throw std::invalid_argument("config.json: must be a JSON object; got " + describe(doc));
   Fields top(doc, "");
