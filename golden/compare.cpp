@@ -109,9 +109,12 @@ Comparison compare(GoldenFile const& golden, std::vector<StepRecord> const& run,
 }
 
 Comparison compare_with_baseline(GoldenFile const& golden, std::vector<StepRecord> const& baseline,
-                                 std::vector<StepRecord> const& run, double floor_rel) {
-  if (!(std::isfinite(floor_rel) && floor_rel >= 0)) {
-    throw std::invalid_argument("compare_with_baseline: floor_rel must be finite and >= 0; got " + format("%g", floor_rel));
+                                 std::vector<StepRecord> const& run, double floor_rel, double baseline_limit_rel) {
+  for (auto [name, v] : {std::pair{"floor_rel", floor_rel}, std::pair{"baseline_limit_rel", baseline_limit_rel}}) {
+    if (!(std::isfinite(v) && v >= 0)) {
+      throw std::invalid_argument(std::string("compare_with_baseline: ") + name + " must be finite and >= 0; got " +
+                                  format("%g", v));
+    }
   }
   if (baseline.size() < std::min(golden.steps.size(), run.size())) {
     throw std::invalid_argument("compare_with_baseline: the baseline has " + std::to_string(baseline.size()) +
@@ -129,12 +132,28 @@ Comparison compare_with_baseline(GoldenFile const& golden, std::vector<StepRecor
           " targets) with finite values: the baseline must be the golden's own run in the run's dtype");
     }
   }
-  return compare_records(golden, run, [&](char const* field, std::size_t k) {
+  Comparison out = compare_records(golden, run, [&](char const* field, std::size_t k) {
     std::string const f = field;
     if (f == "lr") return 0.0;  // the schedule is evaluated in double from the same config in every run
     double const g = field_value(golden.steps[k], f);
     return 2 * std::fabs(field_value(baseline[k], f) - g) + floor_rel * std::fabs(g);
   });
+  // The baseline sets the allowance, so it is held to a fixed budget of its own first. A weaker baseline (a softmax in
+  // bf16, say) would otherwise loosen every check.
+  for (std::size_t k = 0; k < std::min(golden.steps.size(), baseline.size()); ++k) {
+    for (char const* field : {"loss", "grad_norm"}) {
+      double const g = field_value(golden.steps[k], field);
+      double const drift = std::fabs(field_value(baseline[k], field) - g);
+      if (drift > baseline_limit_rel * std::fabs(g)) {
+        out.problems.push_back("the baseline itself is " + format("%.3e", drift) + " from the golden at step " +
+                               std::to_string(golden.steps[k].step) + "'s " + field + ", more than its budget (" +
+                               format("%.3e", baseline_limit_rel * std::fabs(g)) +
+                               "): a baseline that far from the golden would loosen every check it sets");
+        break;
+      }
+    }
+  }
+  return out;
 }
 
 bool Comparison::passed() const { return problems.empty() && first_failure() == nullptr && !checks.empty(); }

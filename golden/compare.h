@@ -63,9 +63,11 @@ Comparison compare(GoldenFile const& golden, std::vector<StepRecord> const& run,
 //   |run − golden| <= 2·|baseline − golden| + floor_rel·|golden|,
 // where `baseline` is the golden's own run (same model, data, seed, padded composite) repeated in the run's dtype,
 // i.e. the drift users accept today, and floor_rel is one rounding step of that dtype (its unit roundoff). Tokens and
-// lr must match exactly. Throws std::invalid_argument for a negative or non-finite floor and for a baseline that does
+// lr must match exactly. The baseline is first held to a fixed budget of its own: |baseline − golden| <=
+// baseline_limit_rel·|golden| at every step (loss and grad_norm), or the comparison fails with a problem naming the
+// step, since the allowance is only as tight as the baseline is accurate. Throws std::invalid_argument for a negative or non-finite floor and for a baseline that does
 // not repeat the golden (fewer records than compared, other step numbers or target counts, a non-finite value).
 Comparison compare_with_baseline(GoldenFile const& golden, std::vector<StepRecord> const& baseline,
-                                 std::vector<StepRecord> const& run, double floor_rel);
+                                 std::vector<StepRecord> const& run, double floor_rel, double baseline_limit_rel);
 
 }  // namespace fusepack::golden

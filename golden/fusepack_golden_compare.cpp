@@ -48,7 +48,14 @@ int main(int argc, char** argv) {
       app.add_option("--baseline", baseline_path,
                      "instead of fixed tolerances: the golden's own run repeated in the run's (low-precision) dtype; "
                      "allowed = 2*|baseline - golden| + floor-rel*|golden| per step (golden/FORMAT.md)");
-  app.add_option("--floor-rel", floor_rel, "with --baseline: one rounding step of the run's dtype (bf16: 0.00390625)")
+  auto* floor_opt = app.add_option("--floor-rel", floor_rel,
+                                   "with --baseline, required: one rounding step of the run's dtype (bf16: 0.00390625)");
+  floor_opt->needs(baseline_opt);
+  baseline_opt->needs(floor_opt);
+  double baseline_limit_rel = -1;
+  app.add_option("--baseline-limit-rel", baseline_limit_rel,
+                 "with --baseline: how far the baseline itself may be from the golden, relative, at any step "
+                 "(default: --floor-rel; fusepack-train uses 1 rounding step for bf16, 8 for fp32)")
       ->needs(baseline_opt);
   for (char const* field : {"loss", "grad-norm", "lr"}) {
     for (char const* kind : {"-atol", "-rtol", "-drift"}) baseline_opt->excludes(std::string("--") + field + kind);
@@ -70,7 +77,8 @@ int main(int argc, char** argv) {
     }
     Comparison const c = baseline_path.empty()
                              ? compare(golden, run.steps, policy)
-                             : compare_with_baseline(golden, read_golden(baseline_path).steps, run.steps, floor_rel);
+                             : compare_with_baseline(golden, read_golden(baseline_path).steps, run.steps, floor_rel,
+                                                     baseline_limit_rel < 0 ? floor_rel : baseline_limit_rel);
     std::printf("%s", c.table().c_str());
     return c.passed() ? 0 : 1;
   } catch (std::exception const& e) {

@@ -404,6 +404,9 @@ std::vector<StepRecord> drifted(GoldenFile const& g) {
   return b;
 }
 
+// The baseline's own budget in these tests: one bf16 rounding step, relative (drifted() stays within it).
+constexpr double kLimit = 1.0 / 256;
+
 TEST(GoldenCompareWithBaseline, AllowsTwiceTheBaselinesDriftPlusTheFloorPerStep) {
   GoldenFile const g = sample(6);
   std::vector<StepRecord> const baseline = drifted(g);
@@ -417,7 +420,7 @@ TEST(GoldenCompareWithBaseline, AllowsTwiceTheBaselinesDriftPlusTheFloorPerStep)
       std::vector<StepRecord> run = g.steps;
       double& value = f == "loss" ? run[static_cast<std::size_t>(k)].loss : run[static_cast<std::size_t>(k)].grad_norm;
       value += share * (2 * drift + floor_rel) * std::fabs(value);
-      Comparison const c = golden::compare_with_baseline(g, baseline, run, floor_rel);
+      Comparison const c = golden::compare_with_baseline(g, baseline, run, floor_rel, kLimit);
       if (share < 1) {
         EXPECT_TRUE(c.passed()) << field << " at step " << k << "\n" << c.table();
         continue;
@@ -431,29 +434,55 @@ TEST(GoldenCompareWithBaseline, AllowsTwiceTheBaselinesDriftPlusTheFloorPerStep)
   // The baseline's drift is no licence for other target counts or another lr.
   std::vector<StepRecord> run = g.steps;
   run[1].tokens += 1;
-  EXPECT_FALSE(golden::compare_with_baseline(g, baseline, run, floor_rel).passed());
+  EXPECT_FALSE(golden::compare_with_baseline(g, baseline, run, floor_rel, kLimit).passed());
   run = g.steps;
   run[2].lr *= 1 + 1e-12;
-  EXPECT_FALSE(golden::compare_with_baseline(g, baseline, run, floor_rel).passed());
+  EXPECT_FALSE(golden::compare_with_baseline(g, baseline, run, floor_rel, kLimit).passed());
   // A baseline equal to the golden leaves only the floor.
   run = g.steps;
   run[3].loss *= 1 + 2 * floor_rel;
-  EXPECT_FALSE(golden::compare_with_baseline(g, g.steps, run, floor_rel).passed());
+  EXPECT_FALSE(golden::compare_with_baseline(g, g.steps, run, floor_rel, kLimit).passed());
+}
+
+// The planted weaker baseline: one that drifts more than one rounding step would set a looser allowance for every run
+// checked against it, so it fails the comparison itself, naming the step, even for a run equal to the golden.
+TEST(GoldenCompareWithBaseline, ABaselineMoreThanOneRoundingStepFromTheGoldenFailsTheComparison) {
+  GoldenFile const g = sample(6);
+  double const floor_rel = 1.0 / 256;
+  for (char const* field : {"loss", "grad_norm"}) {
+    for (double steps : {0.9, 1.1}) {
+      std::vector<StepRecord> baseline = g.steps;
+      double& v = std::string(field) == "loss" ? baseline[4].loss : baseline[4].grad_norm;
+      v *= 1 + steps * kLimit;
+      Comparison const c = golden::compare_with_baseline(g, baseline, g.steps, floor_rel, kLimit);
+      if (steps < 1) {
+        EXPECT_TRUE(c.passed()) << field << ": " << c.verdict();
+        continue;
+      }
+      std::printf("%s\n", c.verdict().c_str());
+      EXPECT_FALSE(c.passed()) << field;
+      ASSERT_EQ(c.problems.size(), 1u) << c.verdict();
+      EXPECT_NE(c.problems[0].find("the baseline itself is"), std::string::npos) << c.problems[0];
+      EXPECT_NE(c.problems[0].find("step 4's " + std::string(field)), std::string::npos) << c.problems[0];
+    }
+  }
 }
 
 TEST(GoldenCompareWithBaseline, RefusesABaselineThatIsNotTheGoldensRun) {
   GoldenFile const g = sample(4);
   std::vector<StepRecord> baseline = drifted(g);
   baseline[2].tokens += 3;
-  FUSEPACK_EXPECT_INVALID_ARGUMENT(golden::compare_with_baseline(g, baseline, g.steps, 0.0),
+  FUSEPACK_EXPECT_INVALID_ARGUMENT(golden::compare_with_baseline(g, baseline, g.steps, 0.0, kLimit),
                                    "does not repeat golden step 2");
   baseline = drifted(g);
   baseline.pop_back();
-  FUSEPACK_EXPECT_INVALID_ARGUMENT(golden::compare_with_baseline(g, baseline, g.steps, 0.0), "fewer than the 4");
+  FUSEPACK_EXPECT_INVALID_ARGUMENT(golden::compare_with_baseline(g, baseline, g.steps, 0.0, kLimit), "fewer than the 4");
   baseline = drifted(g);
   baseline[0].loss = std::numeric_limits<double>::infinity();
-  FUSEPACK_EXPECT_INVALID_ARGUMENT(golden::compare_with_baseline(g, baseline, g.steps, 0.0), "finite values");
-  FUSEPACK_EXPECT_INVALID_ARGUMENT(golden::compare_with_baseline(g, drifted(g), g.steps, -1.0), "floor_rel");
+  FUSEPACK_EXPECT_INVALID_ARGUMENT(golden::compare_with_baseline(g, baseline, g.steps, 0.0, kLimit), "finite values");
+  FUSEPACK_EXPECT_INVALID_ARGUMENT(golden::compare_with_baseline(g, drifted(g), g.steps, -1.0, kLimit), "floor_rel");
+  FUSEPACK_EXPECT_INVALID_ARGUMENT(golden::compare_with_baseline(g, drifted(g), g.steps, 0.0, NAN),
+                                   "baseline_limit_rel");
 }
 
 // ------------------------------------------------------------------------------------------------------------------
@@ -483,18 +512,30 @@ TEST(FusepackGoldenCompare, ExitsZeroOnPassOneOnFailTwoOnError) {
   EXPECT_EQ(missing.exit_code, 2);
   EXPECT_NE(missing.out.find("absent.json: cannot open"), std::string::npos) << missing.out;
 
+  // floor 4e-8 at step 2's loss 3.13: 1.25e-7 allowed beyond twice the baseline's drift, and the baseline's own limit.
+  std::string const floor = " --floor-rel 4e-8";
   GoldenFile baseline = g;
-  baseline.steps[2].loss += 1e-7;  // the baseline drifted as far as the run: 2x that plus no floor passes
+  baseline.steps[2].loss += 1e-7;  // the baseline drifted as far as the run: within 2x that plus the floor
   golden::write_golden(dir + "baseline.json", baseline);
   BinaryResult const within_drift =
-      run_compare(dir + "golden.json " + dir + "run.json --baseline " + dir + "baseline.json");
+      run_compare(dir + "golden.json " + dir + "run.json --baseline " + dir + "baseline.json" + floor);
   EXPECT_EQ(within_drift.exit_code, 0);
   EXPECT_NE(within_drift.out.find("PASS"), std::string::npos) << within_drift.out;
+  GoldenFile far_run = g;
+  far_run.steps[2].loss += 1e-6;  // > 2e-7 + 1.25e-7
+  golden::write_golden(dir + "far_run.json", far_run);
   BinaryResult const beyond_drift =
-      run_compare(dir + "golden.json " + dir + "run.json --baseline " + dir + "golden.json");
+      run_compare(dir + "golden.json " + dir + "far_run.json --baseline " + dir + "baseline.json" + floor);
   EXPECT_EQ(beyond_drift.exit_code, 1);
+  // A baseline 1e-6 off (8 floors) is refused, however close the run: it would allow 2e-6.
+  BinaryResult const weak_baseline =
+      run_compare(dir + "golden.json " + dir + "run.json --baseline " + dir + "far_run.json" + floor);
+  EXPECT_EQ(weak_baseline.exit_code, 1);
+  EXPECT_NE(weak_baseline.out.find("the baseline itself is"), std::string::npos) << weak_baseline.out;
+  BinaryResult const no_floor = run_compare(dir + "golden.json " + dir + "run.json --baseline " + dir + "baseline.json");
+  EXPECT_EQ(no_floor.exit_code, 2) << "--baseline needs --floor-rel";
   BinaryResult const mixed = run_compare(dir + "golden.json " + dir + "run.json --baseline " + dir +
-                                         "baseline.json --loss-atol 1");
+                                         "baseline.json --loss-atol 1" + floor);
   EXPECT_EQ(mixed.exit_code, 2) << "fixed tolerances and a baseline exclude each other";
 
   BinaryResult const directory = run_compare(::testing::TempDir() + " " + dir + "run.json");
