@@ -39,7 +39,7 @@ printf '%-44s %-10s %s\n' case tool result
 for c in "${cases[@]}"; do
   read -r op dtype extra <<<"$c"
   for tool in memcheck racecheck initcheck synccheck; do
-    log="$out/${op}-${dtype}${extra:+-$(echo "$extra" | tr -d ' -')}-$tool.log"
+    log="$out/${op}-${dtype}${extra:+-$(echo "$extra" | tr -d ' -' | tr ',' '_')}-$tool.log"
     # shellcheck disable=SC2086
     filter=(--kernel-name kns=fusepack)
     [ "$tool" = initcheck ] && filter=()

@@ -109,28 +109,52 @@ __device__ __forceinline__ void wy_panel(float* square, int hw, int lane) {
 
 // Block row kI, column c = 32·hw + lane < 16kI + 16 (warps 0 and 1 of the value head): the columns left of the
 // block continue their panel sums, those of the block start at δ (their zero rows above the diagonal add nothing).
+// Each lane reads only its own column of X and the A entries above the diagonal, so the lanes share no result; but X
+// and Aᵀ share the block's rows, so the substitution keeps its 16 results in `x` and wy_store writes them after a
+// barrier that follows every lane's last read of A: written as they are found, a lane's store and another lane's load
+// of the same row would race. Returns whether this thread owns a column.
 template <int kI>
-__device__ __forceinline__ void wy_substitute(float* square, int hw, int lane) {
+__device__ __forceinline__ bool wy_substitute(float const* square, int hw, int lane, float (&x)[16]) {
   constexpr int kBase = 16 * kI;
   int const c = 32 * hw + lane;
-  if (c >= kBase + 16) return;
-  float acc[16];
+  if (hw >= 2 || c >= kBase + 16) return false;  // columns past the block row
 #pragma unroll
-  for (int r = 0; r < 16; ++r) acc[r] = c < kBase ? square[(kBase + r) * kLdInv + c] : (kBase + r == c ? 1.0f : 0.0f);
+  for (int r = 0; r < 16; ++r) x[r] = c < kBase ? square[(kBase + r) * kLdInv + c] : (kBase + r == c ? 1.0f : 0.0f);
 #pragma unroll
   for (int j = 0; j < 16; ++j) {
-    float const x = acc[j];
-    if (c <= kBase + j) square[(kBase + j) * kLdInv + c] = x;
+    float const xj = x[j];  // final: later rows only take its A[·][j] term
 #pragma unroll
     for (int q4 = (j + 1) / 4; q4 < 4; ++q4) {
       float4 const a4 = *reinterpret_cast<float4 const*>(square + (kBase + j) * kLdInv + kBase + 4 * q4);
       float const a[4] = {a4.x, a4.y, a4.z, a4.w};  // A[kBase + 4·q4 + u][kBase + j]
 #pragma unroll
       for (int u = 0; u < 4; ++u) {
-        if (4 * q4 + u > j) acc[4 * q4 + u] = fmaf(-a[u], x, acc[4 * q4 + u]);
+        if (4 * q4 + u > j) x[4 * q4 + u] = fmaf(-a[u], xj, x[4 * q4 + u]);
       }
     }
   }
+  return true;
+}
+
+// wy_substitute's results into block row kI of X (on and below the diagonal only: above it the square holds Aᵀ).
+template <int kI>
+__device__ __forceinline__ void wy_store(float* square, int hw, int lane, float const (&x)[16]) {
+  constexpr int kBase = 16 * kI;
+  int const c = 32 * hw + lane;
+#pragma unroll
+  for (int r = 0; r < 16; ++r) {
+    if (c <= kBase + r) square[(kBase + r) * kLdInv + c] = x[r];
+  }
+}
+
+// Block row kI of X: the substitution, a block barrier, the store, a block barrier (every thread of the block calls it).
+template <int kI>
+__device__ __forceinline__ void wy_block_row(float* square, bool active, int hw, int lane) {
+  float x[16];
+  bool const mine = active && wy_substitute<kI>(square, hw, lane, x);
+  __syncthreads();
+  if (mine) wy_store<kI>(square, hw, lane, x);
+  __syncthreads();
 }
 
 // Per chunk c and key head: q_rstd, k_rstd, Ŝ = rstd_k_i rstd_k_j (k_i · k_j) (tensor cores, kept in the
@@ -328,25 +352,21 @@ __global__ void __launch_bounds__(kWyThreads) gated_delta_fwd_wy_inverse(GatedDe
 
   // Block rows past the chunk feed no row below L: skipped (L is the same for the whole block).
   float* square = reinterpret_cast<float*>(gd_smem + Sm::kSquare) + slot * kChunk * kLdInv;
-  if (active) wy_substitute<0>(square, hw, lane);
-  __syncthreads();
+  wy_block_row<0>(square, active, hw, lane);
   if (16 < L) {
     if (active) wy_panel<1>(square, hw, lane);
     __syncthreads();
-    if (active) wy_substitute<1>(square, hw, lane);
-    __syncthreads();
+    wy_block_row<1>(square, active, hw, lane);
   }
   if (32 < L) {
     if (active) wy_panel<2>(square, hw, lane);
     __syncthreads();
-    if (active) wy_substitute<2>(square, hw, lane);
-    __syncthreads();
+    wy_block_row<2>(square, active, hw, lane);
   }
   if (48 < L) {
     if (active) wy_panel<3>(square, hw, lane);
     __syncthreads();
-    if (active) wy_substitute<3>(square, hw, lane);
-    __syncthreads();
+    wy_block_row<3>(square, active, hw, lane);
   }
 
   // Rows i < L out, 8 columns per thread: X on and below the diagonal, zeros above it (where the square holds Aᵀ).
