@@ -199,7 +199,38 @@ INSTANTIATE_TEST_SUITE_P(
                       repeated_lengths(300, 1)},
         AttentionCase{
             "bf16_empty_examples_hq8_hkv2_d128_gate_seqs_3_0_5_0", Dtype::kBF16, 8, 2, 128, true, {3, 0, 5, 0}},
-        AttentionCase{"bf16_d40_hq4_hkv2_gate_seqs_7_33", Dtype::kBF16, 4, 2, 40, true, {7, 33}}),
+        AttentionCase{"bf16_d40_hq4_hkv2_gate_seqs_7_33", Dtype::kBF16, 4, 2, 40, true, {7, 33}},
+        // Edge packs (the FlashAttention-varlen class of bugs around empty and one-token examples); max_seqlen is
+        // the longest length, as to_device computes it (1 for the one-token and all-length-1 packs).
+        // One token in all (T = 1, max_seqlen 1): with GQA, FA2's max_seqlen_q == 1 path that folds the query heads
+        // of a kv head into the sequence dimension, for a single example.
+        AttentionCase{"bf16_one_token_hq24_hkv4_d256_gate_seqs_1", Dtype::kBF16, 24, 4, 256, true, {1}},
+        // All examples of length 1 without GQA (Hq == Hkv): FA2's ordinary varlen path at max_seqlen 1 (the GQA
+        // all-length-1 pack above takes the folded path).
+        AttentionCase{"bf16_all_length_1_gqa1_hq8_hkv8_d128_gate_37_examples", Dtype::kBF16, 8, 8, 128, true,
+                      repeated_lengths(37, 1)},
+        // All length 1 with GQA in fp16, no gate, another head size: the folded path's other instantiations.
+        AttentionCase{"fp16_all_length_1_hq8_hkv2_d64_nogate_37_examples", Dtype::kF16, 8, 2, 64, false,
+                      repeated_lengths(37, 1)},
+        // Empty examples among length-1 ones (start, middle, end): the op drops them from the cu_seqlens FA2 sees,
+        // without which the folded max_seqlen 1 path reshapes q by a wrong number of examples.
+        AttentionCase{"bf16_all_length_1_with_empty_examples_hq8_hkv2_d128_gate_seqs_0_1_1_0_1_0_0_1_1_1_0",
+                      Dtype::kBF16, 8, 2, 128, true, {0, 1, 1, 0, 1, 0, 0, 1, 1, 1, 0}},
+        // One token between empty examples: FA2 sees a single one-token example once the empties are dropped.
+        AttentionCase{"bf16_one_token_between_empty_examples_hq24_hkv4_d256_gate_seqs_0_1_0", Dtype::kBF16, 24, 4,
+                      256, true, {0, 1, 0}},
+        // Empty examples at the start, middle and end ({3, 0, 5, 0} above has none at the start): offsets shifted
+        // by a leading empty example.
+        AttentionCase{"bf16_empty_examples_hq8_hkv2_d128_gate_seqs_0_5_0_3_0", Dtype::kBF16, 8, 2, 128, true,
+                      {0, 5, 0, 3, 0}},
+        // Tile edges. FA2 (inside LibTorch, not in this repository) tiles the forward in kBlockM = 128 query rows and
+        // kBlockN = 128 (D = 64) or 64 (D = 128, 256) key rows, the backward in 64- or 128-row blocks: examples one
+        // short of, exactly at and one past the 64 and 128 boundaries, and exactly one or two such tiles.
+        AttentionCase{"bf16_block_edges_hq8_hkv2_d128_gate_seqs_63_64_65_127_128_129", Dtype::kBF16, 8, 2, 128, true,
+                      {63, 64, 65, 127, 128, 129}},
+        AttentionCase{"bf16_one_example_hq8_hkv2_d256_gate_seqs_128", Dtype::kBF16, 8, 2, 256, true, {128}},
+        AttentionCase{"bf16_block_edges_hq8_hkv4_d64_gate_seqs_64_128_256", Dtype::kBF16, 8, 4, 64, true,
+                      {64, 128, 256}}),
     [](auto const& tc) { return tc.param.name; });
 
 TEST(AttentionFused, HandlesNoTokens) {

@@ -154,7 +154,27 @@ INSTANTIATE_TEST_SUITE_P(
                           // C not a multiple of 8 (bf16) or 4 (fp32): the scalar path
                           FusedShape{"c7_seqs_5_1_12", 7, {5, 1, 12}},
                           FusedShape{"c4099_seqs_3_40_1", 4099, {3, 40, 1}},
-                          FusedShape{"c13_300_tiny_examples", 13, {}})),
+                          FusedShape{"c13_300_tiny_examples", 13, {}},
+                          // Edge packs (the FlashAttention-varlen class of bugs around empty and one-token examples).
+                          // Every example of length 1 (max_seqlen 1): every token starts an example, so the taps'
+                          // history is zeroed at every step; pack and scalar paths.
+                          FusedShape{"c64_37_examples_of_1", 64, std::vector<int>(37, 1)},
+                          FusedShape{"c13_37_examples_of_1", 13, std::vector<int>(37, 1)},
+                          // One token in all: a run shorter than one load chunk (kFwdChunk 4, kBwdChunk 4 or 8).
+                          FusedShape{"c64_one_token", 64, {1}},
+                          // Length-1 examples between empty ones: the example lookup must skip every empty one.
+                          FusedShape{"c64_seqs_0_1_0_0_1_0", 64, {0, 1, 0, 0, 1, 0}},
+                          // Run edges (kernels/conv1d: kFwdRun = 32 tokens per forward run, kBwdRun = 64 per backward
+                          // run): an example of exactly one forward run, one of exactly one backward run, examples
+                          // ending one before, at and one past a 64-token boundary.
+                          FusedShape{"c64_one_example_32", 64, {32}},
+                          FusedShape{"c64_one_example_64", 64, {64}},
+                          FusedShape{"c64_seqs_63_1_64_65", 64, {63, 1, 64, 65}},
+                          // Empty examples sitting exactly on run starts (cu_seqlens 0, 0, 32, 32, 32, 96, 96).
+                          FusedShape{"c64_seqs_0_32_0_0_64_0", 64, {0, 32, 0, 0, 64, 0}},
+                          // An example of exactly one backward block (kBwdRows 8 x kBwdRun 64 = 512 tokens, one
+                          // dweight partial), then one filling the next block and one token past it.
+                          FusedShape{"c64_seqs_512_513", 64, {512, 513}})),
     [](auto const& tc) {
       return std::string(dtype_name(std::get<0>(tc.param))) + "_w" + std::to_string(std::get<1>(tc.param)) +
              (std::get<2>(tc.param) ? "_silu_" : "_") + std::get<3>(tc.param).name;

@@ -362,7 +362,30 @@ INSTANTIATE_TEST_SUITE_P(
             // K = V = 64, the other head size the kernels are compiled for (the qwen35-tiny64 preset's)
             GatedDeltaCase{"k64_hk2_hv4_seqs_1_63_64_65_130_state_dfinal", {1, 63, 64, 65, 130}, 2, 4, 64, 64, true,
                            true, true},
-            GatedDeltaCase{"k64_gqa3_hk2_hv6_seqs_100_64_300", {100, 64, 300}, 2, 6, 64, 64})),
+            GatedDeltaCase{"k64_gqa3_hk2_hv6_seqs_100_64_300", {100, 64, 300}, 2, 6, 64, 64},
+            // Edge packs (the FlashAttention-varlen class of bugs around empty and one-token examples).
+            // Every example of length 1 (max_seqlen 1): every chunk is one token, and each example's state takes one
+            // step from its own initial state.
+            GatedDeltaCase{"37_examples_of_1_hk2_hv4_state_dfinal", std::vector<int>(37, 1), 2, 4, 128, 128, true, true,
+                           true},
+            // One token in all, with a state in and out ("length_1_hk2_hv4" above has neither).
+            GatedDeltaCase{"length_1_hk2_hv4_state_dfinal", {1}, 2, 4, 128, 128, true, true, true},
+            // Chunk edges (kGatedDeltaChunk = 64, kernels/gated_delta/gated_delta.h; kChunk in
+            // gated_delta_{fwd,bwd}_kernels.cuh): one example of exactly one chunk, two examples of one chunk each
+            // (the second starting on a chunk boundary), examples one short of, at and one past a chunk.
+            GatedDeltaCase{"one_example_64_hk2_hv4_state_dfinal", {64}, 2, 4, 128, 128, true, true, true},
+            GatedDeltaCase{"seqs_64_64_hk2_hv4_state_dfinal", {64, 64}, 2, 4, 128, 128, true, true, true},
+            GatedDeltaCase{"seqs_63_1_64_65_hk2_hv4_state_dfinal", {63, 1, 64, 65}, 2, 4, 128, 128, true, true, true},
+            // Empty examples at the start, middle and end next to a one-chunk and a one-token example: no chunks, so
+            // their final state is their initial state and dinitial_state their dfinal_state; the chunk table's
+            // per-example offsets must skip them.
+            GatedDeltaCase{"empty_examples_seqs_0_64_0_1_0_state_dfinal", {0, 64, 0, 1, 0}, 2, 4, 128, 128, true, true,
+                           true},
+            // The same edges at K = V = 64.
+            GatedDeltaCase{"k64_37_examples_of_1_state_dfinal", std::vector<int>(37, 1), 2, 4, 64, 64, true, true,
+                           true},
+            GatedDeltaCase{"k64_seqs_0_1_0_64_64_65_0_state_dfinal", {0, 1, 0, 64, 64, 65, 0}, 2, 4, 64, 64, true,
+                           true, true})),
     [](auto const& tc) {
       return std::string(dtype_name(std::get<0>(tc.param))) + "_" + std::get<1>(tc.param).name;
     });

@@ -163,6 +163,19 @@ TEST(GatedRmsNormFused, EmptyBatchGivesEmptyOutputsAndZeroWeightGradient) {
   EXPECT_TRUE(at::equal(r.dweight, at::zeros({128}, opts)));
 }
 
+// T = 0 at D = 5120: the one-row-per-block layout sizes its dweight workspace for no rows (the test above covers the
+// several-rows-per-block GDN layout).
+TEST(GatedRmsNormFused, EmptyBatchOfLongRowsGivesZeroWeightGradient) {
+  FUSEPACK_SKIP_WITHOUT_CUDA();
+  auto opts = at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA);
+  at::Tensor const empty = at::ones({0, 5120}, opts);
+  GatedRmsNormRun const r = run(Backend::kFused, empty, empty, at::ones({5120}, opts), empty);
+  EXPECT_EQ(r.y.sizes(), at::IntArrayRef({0, 5120}));
+  EXPECT_EQ(r.dx.sizes(), at::IntArrayRef({0, 5120}));
+  EXPECT_EQ(r.dz.sizes(), at::IntArrayRef({0, 5120}));
+  EXPECT_TRUE(at::equal(r.dweight, at::zeros({5120}, opts)));
+}
+
 TEST(GatedRmsNormFused, RejectsRowsLongerThanTheRegisterBudget) {
   FUSEPACK_SKIP_WITHOUT_CUDA();
   auto opts = at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA);

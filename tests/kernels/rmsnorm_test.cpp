@@ -212,6 +212,18 @@ TEST(RmsNormFused, EmptyBatchGivesEmptyOutputsAndZeroWeightGradient) {
   EXPECT_TRUE(at::equal(r.dweight, at::zeros({256}, opts)));
 }
 
+// T = 0 at the layer-norm width: the one-row-per-block layout sizes its dweight workspace for no rows (the test above
+// covers the several-rows-per-block q/k-norm layout).
+TEST(RmsNormFused, EmptyBatchOfLayerNormRowsGivesZeroWeightGradient) {
+  FUSEPACK_SKIP_WITHOUT_CUDA();
+  auto opts = at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA);
+  at::Tensor const empty = at::ones({0, 5120}, opts);
+  RmsNormRun const r = run(Backend::kFused, empty, at::ones({5120}, opts), empty);
+  EXPECT_EQ(r.y.sizes(), at::IntArrayRef({0, 5120}));
+  EXPECT_EQ(r.dx.sizes(), at::IntArrayRef({0, 5120}));
+  EXPECT_TRUE(at::equal(r.dweight, at::zeros({5120}, opts)));
+}
+
 TEST(RmsNormFused, RejectsRowsLongerThanTheRegisterBudget) {
   FUSEPACK_SKIP_WITHOUT_CUDA();
   auto opts = at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA);

@@ -173,6 +173,21 @@ std::vector<RopeCase> const kRopeCases = {
     {"large_positions_h2_d256_r64_to_100000", 2, 256, 64, {}, 1e7, true},
     {"tiny_h4_d256_r64_300_examples_1_to_4", 4, 256, 64, tiny_lengths(300)},
     {"one_token_h1_d2_r2", 1, 2, 2, {1}, 1e4},
+    // Edge packs (the FlashAttention-varlen class of bugs around empty and one-token examples), appended so that the
+    // indices Sm90Half picks stay put. Every example of length 1 (max_seqlen 1): every position is 0, an exact
+    // identity rotation.
+    {"all_length_1_h4_d256_r64_37_examples", 4, 256, 64, std::vector<int>(37, 1)},
+    // One token in all on the vector path (the block's token count is capped at T = 1).
+    {"one_token_qwen35_27b_q_h24_d256_r64", 24, 256, 64, {1}},
+    // Empty examples at the start, middle and end: rope sees only position_ids, so they leave no trace (the pack is
+    // {5, 3}); kept so that every op runs the same edge packs.
+    {"empty_examples_h4_d256_r64_seqs_0_5_0_3_0", 4, 256, 64, {0, 5, 0, 3, 0}},
+    // Block edges: a block owns tokens_per_block consecutive tokens, capped at 64 (launch_rope_rotate in
+    // kernels/rope/rope_rotate.cuh), which this shape reaches in bf16 and fp32: exactly one block (T = 64), then
+    // positions restarting one token before and exactly at block starts, the last example one token into a fourth
+    // block (T = 193).
+    {"full_rotary_h2_d128_r128_one_example_64", 2, 128, 128, {64}},
+    {"full_rotary_h2_d128_r128_seqs_63_1_64_65", 2, 128, 128, {63, 1, 64, 65}},
 };
 
 std::string rope_case_name(::testing::TestParamInfo<std::tuple<Dtype, RopeCase>> const& info) {

@@ -78,10 +78,23 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::Values(Dtype::kBF16, Dtype::kF16, Dtype::kF32),
                        ::testing::Values(SwiGluShape{"one_element", 1, 1}, SwiGluShape{"odd_3x1007", 3, 1007},
                                          SwiGluShape{"qwen35_27b_t37_i17408", 37, 17408},
-                                         SwiGluShape{"vector_tail_1x13", 1, 13})),
+                                         SwiGluShape{"vector_tail_1x13", 1, 13},
+                                         // One row (T = 1) at the model's width, on the vector path.
+                                         SwiGluShape{"qwen35_27b_t1_i17408", 1, 17408})),
     [](auto const& tc) {
       return std::string(dtype_name(std::get<0>(tc.param))) + "_" + std::get<1>(tc.param).name;
     });
+
+// T = 0: nothing to compute; the outputs and gradients are empty, of the inputs' shape.
+TEST(SwiGluFused, EmptyBatchGivesEmptyOutputs) {
+  FUSEPACK_SKIP_WITHOUT_CUDA();
+  auto opts = at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA);
+  at::Tensor const empty = at::ones({0, 17408}, opts);
+  SwiGluRun const r = run(Backend::kFused, empty, empty, empty);
+  EXPECT_EQ(r.y.sizes(), at::IntArrayRef({0, 17408}));
+  EXPECT_EQ(r.dgate.sizes(), at::IntArrayRef({0, 17408}));
+  EXPECT_EQ(r.dup.sizes(), at::IntArrayRef({0, 17408}));
+}
 
 TEST(SwiGluFused, BackwardIsBitwiseDeterministic) {
   FUSEPACK_SKIP_WITHOUT_CUDA();
