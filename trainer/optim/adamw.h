@@ -1,7 +1,8 @@
 // AdamW exactly as torch.optim.AdamW (amsgrad off, maximize off), one step over named fp32/fp64 parameters:
 //   t ← t + 1;  p ← p·(1 − lr·wd);  m ← lerp(m, g, 1 − β1);  v ← β2·v + (1 − β2)·g²;
 //   p ← p − (lr / (1 − β1^t)) · m / (sqrt(v) / sqrt(1 − β2^t) + eps)
-// with torch's single-tensor operations in torch's order: fp32 and fp64 updates equal torch's bit for bit (NOTES.md).
+// with torch's foreach operations in torch's order (one list operation per step of the formula for all parameters of
+// a device, dtype and step count): fp32 and fp64 updates equal torch's bit for bit (NOTES.md).
 #pragma once
 
 #include "trainer/optim/parameters.h"

@@ -4,6 +4,10 @@
 #include <c10/core/GradMode.h>
 
 #include <cmath>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
 #include <sstream>
 
 namespace fusepack::optim {
@@ -30,8 +34,8 @@ double grad_norm(std::vector<NamedParameter> const& params, AllReduceSum const& 
   check_parameters("grad_norm", params);
   if (params.empty() && !all_reduce) return 0;
   c10::NoGradGuard no_grad;
-  std::vector<at::Tensor> norms;
-  norms.reserve(params.size());
+  std::vector<at::Tensor> grads;
+  grads.reserve(params.size());
   at::Device const device = params.empty() ? at::Device(at::kCPU) : params.front().param.device();
   for (NamedParameter const& p : params) {
     at::Tensor const& g = p.param.grad();
@@ -41,7 +45,18 @@ double grad_norm(std::vector<NamedParameter> const& params, AllReduceSum const& 
                 g.layout(), ")");
     TORCH_CHECK(g.sizes() == p.param.sizes(), "grad_norm: the gradient of '", p.name, "' has shape ", g.sizes(),
                 "; the parameter has ", p.param.sizes());
-    norms.push_back(at::linalg_vector_norm(g, 2).to(device, at::kDouble));
+    grads.push_back(g);
+  }
+  // torch's foreach norm (one list operation per device and dtype, not one reduction per tensor), each norm then in
+  // fp64 on the first parameter's device.
+  std::vector<at::Tensor> norms(grads.size());
+  std::map<std::pair<std::string, at::ScalarType>, std::vector<std::size_t>> groups;
+  for (std::size_t i = 0; i < grads.size(); ++i) groups[{grads[i].device().str(), grads[i].scalar_type()}].push_back(i);
+  for (auto const& [key, members] : groups) {
+    std::vector<at::Tensor> list;
+    for (std::size_t i : members) list.push_back(grads[i]);
+    std::vector<at::Tensor> const group_norms = at::_foreach_norm(list, 2);
+    for (std::size_t j = 0; j < members.size(); ++j) norms[members[j]] = group_norms[j].to(device, at::kDouble);
   }
   // One fp64 0-dim tensor: this rank's sum of squares, then (all-reduced) everyone's.
   at::Tensor sum_sq = norms.empty() ? at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device))
@@ -65,7 +80,9 @@ double clip_grad_norm(std::vector<NamedParameter> const& params, double max_norm
   double const factor = max_norm / (norm + kClipEps);
   if (factor < 1) {
     c10::NoGradGuard no_grad;
-    for (NamedParameter const& p : params) p.param.grad().mul_(factor);
+    std::vector<at::Tensor> grads;
+    for (NamedParameter const& p : params) grads.push_back(p.param.grad());
+    at::_foreach_mul_(grads, factor);
   }
   return norm;
 }
