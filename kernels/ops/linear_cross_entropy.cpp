@@ -1,0 +1,124 @@
+#include "kernels/ops/linear_cross_entropy.h"
+
+#include "kernels/ops/check.h"
+#include "kernels/ops/op_scope.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <algorithm>
+
+namespace fusepack::ops {
+
+namespace {
+
+constexpr char kOp[] = "linear_cross_entropy";
+
+at::ScalarType loss_type(at::Tensor const& hidden) {
+  return hidden.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+}
+
+void check_inputs(at::Tensor const& hidden, at::Tensor const& weight, at::Tensor const& labels) {
+  TORCH_CHECK(hidden.defined() && weight.defined() && labels.defined(),
+              "linear_cross_entropy: hidden, weight and labels are required");
+  check_sizes(kOp, "hidden", hidden, {-1, -1});
+  check_sizes(kOp, "weight", weight, {-1, hidden.size(1)});
+  check_sizes(kOp, "labels", labels, {hidden.size(0)});
+  check_same_dtype_device(kOp, "weight", weight, "hidden", hidden);
+  TORCH_CHECK(labels.scalar_type() == at::kLong, "linear_cross_entropy: labels must be int64; got ",
+              labels.scalar_type());
+  TORCH_CHECK(labels.device() == hidden.device(), "linear_cross_entropy: labels are on ", labels.device(),
+              " but hidden is on ", hidden.device());
+  TORCH_CHECK(weight.size(0) >= 1, "linear_cross_entropy: the vocabulary (weight dimension 0) is empty");
+  if (labels.numel() > 0) {
+    at::Tensor const bad = (labels >= weight.size(0)) | ((labels < 0) & (labels != kLinearCrossEntropyIgnoreIndex));
+    TORCH_CHECK(!bad.any().item<bool>(), "linear_cross_entropy: a label is outside [0, ", weight.size(0),
+                ") and not -100 (e.g. ", labels.masked_select(bad)[0].item<std::int64_t>(), ")");
+  }
+}
+
+// The chunked forward and both gradients for a loss gradient of 1; the backward scales them.
+struct ChunkedLinearCrossEntropyFunction : torch::autograd::Function<ChunkedLinearCrossEntropyFunction> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, at::Tensor const& hidden, at::Tensor const& weight,
+                            at::Tensor const& labels, std::int64_t chunk_tokens, bool record) {
+    if (record) FUSEPACK_OP_RUNS("linear_cross_entropy", Pass::kForward, Backend::kFused);
+    std::int64_t const T = hidden.size(0), V = weight.size(0);
+    std::int64_t const chunk = chunk_tokens > 0 ? chunk_tokens : linear_cross_entropy_chunk(V, T);
+    at::ScalarType const acc = loss_type(hidden);
+    bool const grads = hidden.requires_grad() || weight.requires_grad();
+    at::Tensor loss = at::zeros({}, hidden.options().dtype(acc));
+    at::Tensor dhidden = grads ? at::empty_like(hidden, at::MemoryFormat::Contiguous) : at::Tensor();
+    at::Tensor dweight = grads ? at::zeros(weight.sizes(), weight.options().dtype(acc)) : at::Tensor();
+    for (std::int64_t start = 0; start < T; start += chunk) {
+      std::int64_t const len = std::min(chunk, T - start);
+      at::Tensor const h = hidden.narrow(0, start, len);
+      at::Tensor const target = labels.narrow(0, start, len);
+      at::Tensor const valid = target != kLinearCrossEntropyIgnoreIndex;
+      at::Tensor const index = at::where(valid, target, at::zeros_like(target)).unsqueeze(1);  // [len, 1]
+      // The logits in the inputs' dtype (the head GEMM), the loss in fp32 (fp64): as the composite computes them.
+      at::Tensor z = at::linear(h, weight).to(acc);                                            // [len, V]
+      at::Tensor const lse = at::logsumexp(z, {1});                                            // [len]
+      at::Tensor const picked = z.gather(1, index).squeeze(1);
+      loss.add_(at::where(valid, lse - picked, at::zeros_like(lse)).sum());
+      if (!grads) continue;
+      // d loss / d z = softmax(z) − onehot(label) on target rows, 0 elsewhere; into z's buffer, now that the loss
+      // has read it.
+      at::Tensor& g = z.sub_(lse.unsqueeze(1)).exp_();
+      g.scatter_add_(1, index, at::full({len, 1}, -1.0, g.options()));
+      g.mul_(valid.unsqueeze(1).to(acc));
+      at::Tensor const gz = g.to(hidden.scalar_type());  // the composite's gradient of the head GEMM has this dtype
+      dhidden.narrow(0, start, len).copy_(at::mm(gz, weight));
+      if (weight.scalar_type() == acc) {
+        dweight.addmm_(gz.t(), h);
+      } else {
+        at::addmm_out(dweight, dweight, gz.t(), h, acc);  // bf16/fp16 products summed in fp32 over every chunk
+      }
+    }
+    if (grads) ctx->save_for_backward({dhidden, dweight});
+    ctx->saved_data["record"] = record;
+    ctx->saved_data["weight_dtype"] = static_cast<std::int64_t>(weight.scalar_type());
+    return loss;
+  }
+
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
+                                               torch::autograd::tensor_list grads) {
+    if (ctx->saved_data["record"].toBool()) FUSEPACK_OP_RUNS("linear_cross_entropy", Pass::kBackward, Backend::kFused);
+    auto const saved = ctx->get_saved_variables();
+    at::Tensor const& dloss = grads[0];  // 0-dim, the loss's dtype: it scales every gradient
+    auto const weight_dtype = static_cast<at::ScalarType>(ctx->saved_data["weight_dtype"].toInt());
+    at::Tensor const dhidden = saved[0] * dloss.to(saved[0].scalar_type());
+    at::Tensor const dweight = (saved[1] * dloss).to(weight_dtype);
+    return {dhidden, dweight, at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+std::int64_t linear_cross_entropy_chunk(std::int64_t vocab, std::int64_t tokens) {
+  TORCH_CHECK(vocab >= 1, "linear_cross_entropy_chunk: vocab must be >= 1; got ", vocab);
+  std::int64_t const fit = (std::int64_t{1} << 28) / (4 * vocab);
+  return std::max<std::int64_t>(1, std::min(fit, std::max<std::int64_t>(tokens, 1)));
+}
+
+at::Tensor chunked_linear_cross_entropy(at::Tensor const& hidden, at::Tensor const& weight, at::Tensor const& labels,
+                                        std::int64_t chunk_tokens) {
+  check_inputs(hidden, weight, labels);
+  TORCH_CHECK(chunk_tokens >= 0, "linear_cross_entropy: chunk_tokens must be >= 0 (0: automatic); got ", chunk_tokens);
+  return ChunkedLinearCrossEntropyFunction::apply(hidden.contiguous(), weight.contiguous(), labels, chunk_tokens, false);
+}
+
+at::Tensor linear_cross_entropy(at::Tensor const& hidden, at::Tensor const& weight, at::Tensor const& labels,
+                                Backend backend, std::int64_t chunk_tokens) {
+  check_inputs(hidden, weight, labels);
+  TORCH_CHECK(chunk_tokens >= 0, "linear_cross_entropy: chunk_tokens must be >= 0 (0: automatic); got ", chunk_tokens);
+  if (backend == Backend::kComposite) {
+    FUSEPACK_OP_RUNS("linear_cross_entropy", Pass::kForward, Backend::kComposite);
+    return at::cross_entropy_loss(at::linear(hidden, weight).to(loss_type(hidden)), labels, {}, at::Reduction::Sum,
+                                  kLinearCrossEntropyIgnoreIndex);
+  }
+  check_fused_input(kOp, "hidden", hidden);
+  check_fused_input(kOp, "weight", weight);
+  return ChunkedLinearCrossEntropyFunction::apply(hidden, weight, labels, chunk_tokens, true);
+}
+
+}  // namespace fusepack::ops
