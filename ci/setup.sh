@@ -3,13 +3,16 @@
 #   - Debian packages: compilers' companions (ninja, ccache), Eigen, GoogleTest, RapidCheck, Gloo headers,
 #     nlohmann-json, CLI11, and clang with its runtime libraries (libFuzzer) for ci/fuzz.sh;
 #   - LibTorch from the PyPI `torch` wheel, pinned to FUSEPACK_TORCH_VERSION (default 2.11.0, the GPU machine's
-#     version), in a virtual environment under FUSEPACK_DEPS (default ~/.cache/fusepack).
+#     version), in a virtual environment under FUSEPACK_DEPS (default ~/.cache/fusepack);
+#   - matplotlib, pinned to FUSEPACK_MATPLOTLIB_VERSION (default 3.9.2), in the same environment, for the plots of
+#     the gate's report (ci/report.py).
 # A second run only checks and returns within seconds. Writes the LibTorch CMake prefix to
 # $FUSEPACK_DEPS/torch_prefix so ci/build.sh can find it.
 set -euo pipefail
 
 FUSEPACK_DEPS=${FUSEPACK_DEPS:-$HOME/.cache/fusepack}
 TORCH_VERSION=${FUSEPACK_TORCH_VERSION:-2.11.0}
+MATPLOTLIB_VERSION=${FUSEPACK_MATPLOTLIB_VERSION:-3.9.2}
 DEB_PACKAGES=(cmake ninja-build ccache g++ python3-venv libeigen3-dev libgtest-dev librapidcheck-dev libgloo-dev
               nlohmann-json3-dev libcli11-dev clang libclang-rt-dev)
 
@@ -38,18 +41,24 @@ command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] ||
 
 venv="$FUSEPACK_DEPS/venv"
 py="$venv/bin/python"
-have_torch() { [ -x "$py" ] && "$py" - "$TORCH_VERSION" <<'PY' 2>/dev/null
+have() { [ -x "$py" ] && "$py" - "$1" "$2" <<'PY' 2>/dev/null  # PACKAGE VERSION: installed in the venv
 import importlib.metadata as md, sys
-sys.exit(0 if md.version("torch").split("+")[0] == sys.argv[1] else 1)
+sys.exit(0 if md.version(sys.argv[1]).split("+")[0] == sys.argv[2] else 1)
 PY
 }
-if have_torch; then
+if have torch "$TORCH_VERSION"; then
   log "torch $TORCH_VERSION present in $venv"
 else
   log "installing torch==$TORCH_VERSION from PyPI into $venv (a few GB, one time)"
   mkdir -p "$FUSEPACK_DEPS"
   python3 -m venv "$venv"
   "$py" -m pip install -q --disable-pip-version-check "torch==$TORCH_VERSION"
+fi
+if have matplotlib "$MATPLOTLIB_VERSION"; then
+  log "matplotlib $MATPLOTLIB_VERSION present in $venv"
+else
+  log "installing matplotlib==$MATPLOTLIB_VERSION from PyPI into $venv (the gate report's plots)"
+  "$py" -m pip install -q --disable-pip-version-check "matplotlib==$MATPLOTLIB_VERSION"
 fi
 
 # LibTorch's CUDA major version must match nvcc's, or kernels and torch disagree on the runtime.
