@@ -119,7 +119,9 @@ using MakeCollectives = std::function<std::shared_ptr<Collectives>(
     c10::intrusive_ptr<c10d::Store>, c10::intrusive_ptr<c10d::Backend>, c10::Device, CollectivesOptions)>;
 
 // `count` ranks as threads of this process, for tests: Gloo over one in-memory store; returns one Collectives per
-// rank (constructed concurrently, as the rendezvous requires), made by `make` (default: Collectives itself).
+// rank (constructed concurrently, as the rendezvous requires), made by `make` (default: Collectives itself). Turns off
+// torch's flight recorder for the process (TORCH_FR_BUFFER_SIZE=0) before its first group: it is not safe with
+// several ranks' process groups in one process (see collectives.cpp).
 std::vector<std::shared_ptr<Collectives>> local_gloo_group(int count, CollectivesOptions options,
                                                            MakeCollectives const& make = {});
 
