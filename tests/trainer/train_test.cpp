@@ -5,7 +5,9 @@
 // and exit code 2 with a message for bad input.
 #include "golden/golden_file.h"
 #include "packing/batch.h"
+#include "packing/packer.h"
 #include "packing/synthetic.h"
+#include "trainer/checkpoint/files.h"
 #include "trainer/checkpoint/safetensors.h"
 #include "trainer/model/batch.h"
 #include "trainer/model/config.h"
@@ -27,6 +29,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -524,6 +527,199 @@ TEST(FusepackTrain, NonFiniteInitialWeightsAreRefusedNamingTheTensor) {
                      "at flat index 7 is nan");
   for (char const* file : {"/config.json", "/model.safetensors"}) std::remove((dir + file).c_str());
   ::rmdir(dir.c_str());
+}
+
+// ------------------------------------------------------------------------------------------------------------------
+// --epochs and --dry-run
+
+// kSmallRun's model, data and optimizer without its --steps and --micro-batches.
+std::string const kSmallData =
+    "--preset qwen35-tiny --data synthetic:n=12,median=12,sigma=0.5,max=40,prompt=0.25,seed=3 --budget 64 --lr 1e-3 "
+    "--threads 1 --seed 5";
+
+// The packed micro-batches of epochs 0..epochs-1 as packing::plan_epoch plans them for kSmallData (lookahead and
+// pairing at their defaults), each as its examples' lengths: what the trainer's epochs hold, computed on their own.
+std::vector<std::vector<std::int64_t>> planned_epochs(int epochs) {
+  packing::SyntheticSpec base;
+  base.vocab_size = model::preset("qwen35-tiny").vocab_size;
+  std::vector<std::int64_t> const lengths = packing::example_lengths(
+      packing::make_synthetic(packing::parse_synthetic_spec("synthetic:n=12,median=12,sigma=0.5,max=40,prompt=0.25,"
+                                                            "seed=3",
+                                                            base)));
+  packing::PackerOptions o;
+  o.token_budget = 64;
+  o.seed = 5;
+  std::vector<std::vector<std::int64_t>> out;
+  for (int e = 0; e < epochs; ++e) {
+    packing::EpochPlan const plan = packing::plan_epoch(lengths, o, packing::PlanMode::kPaired, e);
+    std::vector<std::int64_t> tokens;
+    for (packing::BatchPlan const& b : plan.packed) {
+      std::int64_t n = 0;
+      for (std::int64_t id : b) n += lengths[static_cast<std::size_t>(id)];
+      tokens.push_back(n);
+    }
+    out.push_back(tokens);
+  }
+  return out;
+}
+
+TEST(TrainConfig, EpochsAndStepsExcludeEachOther) {
+  TrainConfig c = valid_config();
+  c.epochs = 2;  // steps keeps its default 10
+  FUSEPACK_EXPECT_INVALID_ARGUMENT(c.validate(), "give steps or epochs, not both");
+  FUSEPACK_EXPECT_INVALID_ARGUMENT(c.validate(TrainConfig::Naming::kOptions),
+                                   "give --steps or --epochs, not both (--epochs derives the steps from the data); "
+                                   "got --steps 10 and --epochs 2");
+  c.steps = 0;
+  c.warmup_steps = 100;  // checked against the derived steps, once the data is loaded
+  EXPECT_NO_THROW(c.validate());
+  c.epochs = -1;
+  FUSEPACK_EXPECT_INVALID_ARGUMENT(c.validate(), "epochs must be >= 1 (or 0: the run's length is steps); got -1");
+}
+
+TEST(FusepackTrain, EpochsDeriveTheStepsFromTheEpochPlansDroppingAPartialLastStep) {
+  std::vector<std::vector<std::int64_t>> const epochs = planned_epochs(3);
+  std::int64_t const total = static_cast<std::int64_t>(epochs[0].size() + epochs[1].size() + epochs[2].size());
+  std::int64_t const per_step = 2;
+  std::int64_t const steps = total / per_step, left = total % per_step;
+  ASSERT_GT(left, 0) << "the test needs a partial last step to drop";
+  BinaryResult const r = run_train(kSmallData + " --micro-batches 2 --epochs 3");
+  ASSERT_EQ(r.exit_code, 0);
+  std::string const line = "--epochs 3: 3 epochs of " + std::to_string(epochs[0].size()) + ", " +
+                           std::to_string(epochs[1].size()) + " and " + std::to_string(epochs[2].size()) +
+                           " micro-batches; " + std::to_string(steps) + " steps of 2 micro-batches train " +
+                           std::to_string(steps * per_step) + " of them, " + std::to_string(left) +
+                           " left out (the last step would be partial)\n";
+  EXPECT_NE(r.out.find(line), std::string::npos) << "missing '" << line << "'";
+  std::string const last = "step " + std::to_string(steps - 1) + "/" + std::to_string(steps) + "  loss";
+  EXPECT_NE(r.out.find(last), std::string::npos) << "missing '" << last << "'";
+  EXPECT_NE(r.out.find("summary: " + std::to_string(steps) + " steps,"), std::string::npos);
+  EXPECT_NE(r.out.find("\"epochs\":3"), std::string::npos) << "the batching line records the epochs";
+  EXPECT_NE(r.out.find("\"total_steps\":" + std::to_string(steps)), std::string::npos)
+      << "the schedule ends at the derived steps";
+}
+
+TEST(FusepackTrain, EpochsRefuseStepsAndRunsShorterThanOneStepNamingTheNumbers) {
+  expect_usage_error(kSmallRun + " --epochs 2", "give --steps or --epochs, not both (--epochs derives the steps from "
+                                                "the data); got --steps 2 and --epochs 2");
+  std::vector<std::vector<std::int64_t>> const epochs = planned_epochs(2);
+  std::int64_t const first = static_cast<std::int64_t>(epochs[0].size());
+  expect_usage_error(kSmallData + " --epochs 1 --micro-batches " + std::to_string(first + 1),
+                     "--epochs 1: 1 epoch of " + std::to_string(first) + " micro-batches holds fewer than one step "
+                     "takes (" + std::to_string(first + 1) + " micro-batches: --micro-batches " +
+                     std::to_string(first + 1) + "); give more --epochs");
+  // --warmup and --profile-step are checked against the derived steps.
+  std::int64_t const steps = static_cast<std::int64_t>(epochs[0].size() + epochs[1].size());  // one micro-batch each
+  expect_usage_error(kSmallData + " --epochs 2 --warmup " + std::to_string(steps + 1),
+                     "--warmup " + std::to_string(steps + 1) + " must be <= the " + std::to_string(steps) +
+                         " steps of --epochs 2");
+  expect_usage_error(kSmallData + " --epochs 2 --profile-step " + std::to_string(steps),
+                     "--profile-step " + std::to_string(steps) + " must be < the " + std::to_string(steps) +
+                         " steps of --epochs 2 (0-based)");
+}
+
+bool exists(std::string const& path) { return ::access(path.c_str(), F_OK) == 0; }
+
+TEST(FusepackTrain, DryRunPrintsThePlanAndWritesNothing) {
+  std::string const out_parent = temp_path("_out"), metrics = temp_path(".jsonl"), golden = temp_path(".json"),
+                    save_dir = temp_path("_save");
+  std::string const output = out_parent + "/weights";  // neither folder exists: a real run would create both
+  BinaryResult const r = run_train(kSmallRun + " --dry-run --output " + output + " --metrics " + metrics +
+                                   " --golden-write " + golden + " --save-dir " + save_dir + " --save-every 1");
+  ASSERT_EQ(r.exit_code, 0);
+  // kSmallRun: 2 steps of 2 micro-batches, the first 4 micro-batches of the epochs.
+  std::vector<std::vector<std::int64_t>> const epochs = planned_epochs(2);
+  std::vector<std::int64_t> tokens;
+  for (auto const& e : epochs) tokens.insert(tokens.end(), e.begin(), e.end());
+  ASSERT_GE(tokens.size(), 4u);
+  tokens.resize(4);
+  ASSERT_EQ(epochs[0].size(), 3u) << "the epochs covered below assume 3 micro-batches in epoch 0";
+  model::ModelOptions meta;
+  meta.device = at::kMeta;
+  std::int64_t const parameters = model::Qwen35ForCausalLM(model::preset("qwen35-tiny"), meta).num_parameters();
+  for (std::string const& text :
+       {std::string("dry run: planning the run without training it or writing any file"),
+        std::string("model: preset qwen35-tiny"),
+        std::string("plan: 12 examples, 161 tokens; 2 steps x 2 micro-batches = 4 micro-batches, 1.33 epochs\n"),
+        "per micro-batch: tokens min " + train::grouped(*std::min_element(tokens.begin(), tokens.end())) +
+            " / median ",
+        " / max " + train::grouped(*std::max_element(tokens.begin(), tokens.end())) + ", examples min ",
+        std::string("; padding 0.0% of "),
+        "memory: " + train::grouped(parameters) +
+            " parameters x 16 bytes (fp32 weights 4 + gradients 4 + AdamW moments 2 x 4) = ",
+        std::string("; activations not included\n"),
+        std::string("dry run: stopped before the first step; no file written")}) {
+    EXPECT_NE(r.out.find(text), std::string::npos) << "missing '" << text << "'";
+  }
+  EXPECT_EQ(r.out.find("step 0/"), std::string::npos) << "a dry run trains no step";
+  for (std::string const& path : {out_parent, output, metrics, golden, save_dir}) {
+    EXPECT_FALSE(exists(path)) << path << " was created by a dry run";
+  }
+  // The padded layout counts its padding; fp64 weights, gradients and moments take 8 bytes each.
+  BinaryResult const padded = run_train(kSmallRun + " --dry-run --batching padded --dtype fp64");
+  ASSERT_EQ(padded.exit_code, 0);
+  EXPECT_EQ(padded.out.find("; padding 0.0% of "), std::string::npos) << padded.out;
+  EXPECT_NE(padded.out.find(" parameters x 32 bytes (fp64 weights 8 + gradients 8 + AdamW moments 2 x 8)"),
+            std::string::npos);
+  // The checks of a real run still apply: an existing metrics file is refused, as it would be by the run.
+  std::ofstream(metrics) << "{}\n";
+  expect_usage_error(kSmallRun + " --dry-run --metrics " + metrics, "--metrics " + metrics + ": exists");
+  std::remove(metrics.c_str());
+}
+
+TEST(FusepackTrain, ADryRunDerivesTheStepsOfTheRealRun) {
+  std::string const args = kSmallData + " --micro-batches 2 --epochs 3";
+  BinaryResult const dry = run_train(args + " --dry-run");
+  BinaryResult const real = run_train(args);
+  ASSERT_EQ(dry.exit_code, 0);
+  ASSERT_EQ(real.exit_code, 0);
+  auto line_of = [](std::string const& out, std::string const& start) {
+    std::size_t const at = out.find("\n" + start);
+    if (at == std::string::npos) return std::string();
+    return out.substr(at + 1, out.find('\n', at + 1) - at - 1);
+  };
+  std::string const epochs_line = line_of(dry.out, "--epochs 3: ");
+  ASSERT_FALSE(epochs_line.empty());
+  EXPECT_EQ(epochs_line, line_of(real.out, "--epochs 3: "));
+  std::string const summary = line_of(real.out, "summary: ");  // "summary: 4 steps, ..."
+  ASSERT_FALSE(summary.empty());
+  std::int64_t const steps = std::stoll(summary.substr(9));
+  ASSERT_GT(steps, 0);
+  EXPECT_NE(dry.out.find("plan: 12 examples, 161 tokens; " + std::to_string(steps) + " steps x 2 micro-batches = " +
+                         std::to_string(2 * steps) + " micro-batches"),
+            std::string::npos)
+      << dry.out;
+  // In the process: the dry run's total_steps are the steps the real run trains.
+  TrainConfig c = valid_config();
+  c.data = "synthetic:n=12,median=12,sigma=0.5,max=40,prompt=0.25,seed=3";
+  c.token_budget = 64;
+  c.micro_batches = 2;
+  c.seed = 5;
+  c.threads = 1;
+  c.steps = 0;
+  c.epochs = 3;
+  c.dry_run = true;
+  train::RunResult const planned = train::run_training(c);
+  EXPECT_EQ(planned.total_steps, steps);
+  EXPECT_TRUE(planned.steps.empty());
+}
+
+TEST(FusepackTrain, AnEpochsRunResumesOnlyWithItsEpochs) {
+  std::string const save_dir = temp_path("_save");
+  std::string const args = kSmallData + " --micro-batches 2 --epochs 3 --save-dir " + save_dir;
+  BinaryResult const first = run_train(args + " --save-every 1");
+  ASSERT_EQ(first.exit_code, 0);
+  std::string const step2 = save_dir + "/step-00000002";
+  BinaryResult const resumed = run_train(args + " --resume " + step2);
+  EXPECT_EQ(resumed.exit_code, 0);
+  EXPECT_NE(resumed.out.find("resumed from " + step2 + " after step 1"), std::string::npos) << resumed.out;
+  // The same number of steps given as --steps is another run's settings: the epochs must be repeated.
+  std::size_t const summary = first.out.find("summary: ");
+  ASSERT_NE(summary, std::string::npos);
+  std::string const steps = std::to_string(std::stoll(first.out.substr(summary + 9)));
+  expect_usage_error(kSmallData + " --micro-batches 2 --steps " + steps + " --resume " + step2,
+                     "/batching/epochs: 3 in the checkpoint, (absent) in this run");
+  checkpoint::remove_tree(save_dir);
 }
 
 }  // namespace

@@ -100,6 +100,7 @@ constexpr std::pair<char const*, char const*> kOptionOfField[] = {
     {"lookahead", "--lookahead"},
     {"micro_batches", "--micro-batches"},
     {"steps", "--steps"},
+    {"epochs", "--epochs"},
     {"lr", "--lr"},
     {"min_lr", "--min-lr"},
     {"warmup_steps", "--warmup"},
@@ -154,14 +155,25 @@ void TrainConfig::validate(Naming naming) const {
   require(token_budget >= 1, n("token_budget") + " must be >= 1; got " + std::to_string(token_budget));
   require(lookahead >= 1, n("lookahead") + " must be >= 1; got " + std::to_string(lookahead));
   require(micro_batches >= 1, n("micro_batches") + " must be >= 1; got " + std::to_string(micro_batches));
-  require(steps >= 1, n("steps") + " must be >= 1; got " + std::to_string(steps));
+  // With epochs the run's steps are derived from the data (run_training): steps stays 0, and the rules that bound a
+  // setting by the steps are checked once they are known.
+  bool const by_epochs = epochs > 0;
+  require(epochs >= 0, n("epochs") + " must be >= 1 (or 0: the run's length is " + n("steps") + "); got " +
+                           std::to_string(epochs));
+  require(by_epochs || steps >= 1, n("steps") + " must be >= 1; got " + std::to_string(steps));
+  require(!by_epochs || steps == 0,
+          "give " + n("steps") + " or " + n("epochs") + ", not both (" + n("epochs") +
+              " derives the steps from the data" + (naming == Naming::kFields ? ": leave steps 0" : "") + "); got " +
+              n("steps") + " " + std::to_string(steps) + " and " + n("epochs") + " " + std::to_string(epochs));
 
   require(std::isfinite(lr) && lr > 0, n("lr") + " must be finite and > 0; got " + number(lr));
   require(std::isfinite(min_lr) && min_lr >= 0 && min_lr <= lr,
           n("min_lr") + " must be in [0, " + n("lr") + " = " + number(lr) + "]; got " + number(min_lr));
-  require(warmup_steps >= 0 && warmup_steps <= steps, n("warmup_steps") + " must be in [0, " + n("steps") + " = " +
-                                                          std::to_string(steps) + "]; got " +
-                                                          std::to_string(warmup_steps));
+  require(warmup_steps >= 0 && (by_epochs || warmup_steps <= steps),
+          n("warmup_steps") +
+              (by_epochs ? std::string(" must be >= 0")
+                         : " must be in [0, " + n("steps") + " = " + std::to_string(steps) + "]") +
+              "; got " + std::to_string(warmup_steps));
   require(std::isfinite(weight_decay) && weight_decay >= 0,
           n("weight_decay") + " must be >= 0; got " + number(weight_decay));
   require(beta1 >= 0 && beta1 < 1, n("beta1") + " must be in [0, 1); got " + number(beta1));
@@ -198,9 +210,11 @@ void TrainConfig::validate(Naming naming) const {
   require(golden_baseline.empty() || !golden_check.empty(),
           n("golden_baseline") + " '" + golden_baseline + "' is the drift allowance of a golden check: give " +
               n("golden_check") + " too");
-  require(profile_step == -1 || (profile_step >= 0 && profile_step < steps),
-          n("profile_step") + " must be in [0, " + n("steps") + " = " + std::to_string(steps) +
-              ") or -1 (off); got " + std::to_string(profile_step));
+  require(profile_step == -1 || (profile_step >= 0 && (by_epochs || profile_step < steps)),
+          n("profile_step") +
+              (by_epochs ? std::string(" must be >= 0")
+                         : " must be in [0, " + n("steps") + " = " + std::to_string(steps) + ")") +
+              " or -1 (off); got " + std::to_string(profile_step));
 
   if (!problems.empty()) {
     std::string msg = naming == Naming::kOptions ? "invalid options: " : "TrainConfig is invalid: ";

@@ -59,13 +59,21 @@ struct TrainConfig {
                                      // rank r the r-th run of micro_batches of them; its loss is Σ CE over all of
                                      // them / their targets, counted (over all ranks) before the first forward
   std::int64_t steps = 10;           // >= 1 optimizer steps; when they need more micro-batches than an epoch holds,
-                                     // the next epoch (a new shuffle) follows
+                                     // the next epoch (a new shuffle) follows. 0 with epochs > 0 (the two exclude
+                                     // each other): derived from the data when the run starts (see epochs)
+  // The run's length in passes over the data instead of `steps` (0 = off; then steps = 0): the micro-batches of
+  // epochs 0..epochs-1 (each epoch's plan as packing::plan_epoch draws it for the run's settings and layout) divided
+  // by the micro-batches of a step (micro_batches x world size), rounded down (PyTorch DataLoader's drop_last: a
+  // short last step would be a step of a few tokens). run_training derives steps once the data is loaded and logs
+  // how many micro-batches are left out; fewer micro-batches than one step takes is an error.
+  std::int64_t epochs = 0;
 
   // ---- Optimizer (AdamW as torch.optim.AdamW; decay on every parameter of 2+ dims, optim::qwen35_decays) and the
   // learning-rate schedule (linear warmup to lr, cosine to min_lr at `steps`, optim::CosineSchedule).
   double lr = 1e-4;                 // > 0: the peak learning rate
   double min_lr = 0;                // in [0, lr]
-  std::int64_t warmup_steps = 0;    // in [0, steps]; lr(0) = 0 when > 0 (Hugging Face's convention)
+  std::int64_t warmup_steps = 0;    // in [0, steps] (with epochs: checked against the derived steps); lr(0) = 0 when
+                                    // > 0 (Hugging Face's convention)
   double weight_decay = 0.1;        // >= 0, decoupled
   double beta1 = 0.9;               // in [0, 1)
   double beta2 = 0.95;              // in [0, 1)
@@ -106,10 +114,16 @@ struct TrainConfig {
   // Write output_dir even when it already holds files (they may be replaced); without it a non-empty output_dir is
   // refused before the first step, so no file fusepack did not write is ever deleted or overwritten.
   bool overwrite_output = false;
-  std::int64_t profile_step = -1;  // profile optimizer step N (0-based, < steps); -1 = no profiling
+  std::int64_t profile_step = -1;  // profile optimizer step N (0-based, < steps, with epochs the derived steps); -1 =
+                                   // no profiling
   // Per-step metrics as JSON Lines (metrics.h), written by rank 0 as the run goes; a resumed run appends to it. An
   // existing file is refused unless the run resumes or overwrite_output. Empty: none.
   std::string metrics;
+  // Everything up to the first step (model config, data, checks, the plan), then print the plan (examples, tokens,
+  // steps and micro-batches, epochs covered, tokens and examples per micro-batch, padding, the memory of weights,
+  // gradients and AdamW state) instead of training. No output is written or created, neither the weights nor the
+  // checkpoint of resume are read, and the model's parameters are never allocated (names and shapes only).
+  bool dry_run = false;
 
   static constexpr std::int64_t kMaxThreads = 1024;  // more threads than any CPU has cores only hang the run
 

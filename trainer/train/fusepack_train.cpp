@@ -127,7 +127,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--micro-batches", c.micro_batches, "micro-batches per optimizer step (gradient accumulation)")
       ->capture_default_str();
-  app.add_option("--steps", c.steps, "optimizer steps")->capture_default_str();
+  app.add_option("--steps", c.steps, "optimizer steps (or --epochs)")->capture_default_str();
+  app.add_option("--epochs", c.epochs,
+                 "train N passes over the data instead of --steps: steps = the micro-batches of N epochs / "
+                 "micro-batches per step, rounded down (the left-out micro-batches are logged)");
   app.add_option("--lr", c.lr, "peak learning rate")->capture_default_str();
   app.add_option("--min-lr", c.min_lr, "learning rate at the end of the cosine decay")->capture_default_str();
   app.add_option("--warmup", c.warmup_steps, "linear warmup steps")->capture_default_str();
@@ -188,6 +191,10 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   app.add_flag("!--no-progress", args.progress, "no progress bar (it is drawn only when stderr is a terminal)");
+  app.add_flag("--dry-run", c.dry_run,
+               "load the model config and data, check every setting, plan the run, print the plan (steps, epochs, "
+               "tokens and examples per micro-batch, padding, memory of weights + gradients + AdamW state) and exit "
+               "without training or writing anything");
   try {
     app.parse(argc, argv);
   } catch (CLI::ParseError const& e) {
@@ -206,6 +213,15 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+
+  // --epochs derives the steps from the data: --steps is left at 0 for it, and giving both is refused.
+  if (c.epochs > 0 && app.count("--steps") > 0) {
+    std::fprintf(stderr, "fusepack-train: give --steps or --epochs, not both (--epochs derives the steps from the "
+                         "data); got --steps %lld and --epochs %lld\n",
+                 static_cast<long long>(c.steps), static_cast<long long>(c.epochs));
+    return 2;
+  }
+  if (c.epochs > 0) c.steps = 0;
 
   parallel::DistEnv env;
   std::shared_ptr<parallel::Collectives> comm;

@@ -25,15 +25,20 @@
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <nlohmann/json.hpp>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cerrno>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <stdexcept>
@@ -135,10 +140,32 @@ void check_device(TrainConfig const& c) {
   }
 }
 
+// check_writable_dir for a dry run, which creates and writes nothing: `dir`, or where it is missing the nearest folder
+// above it (where it would be created), must be a folder this process may write.
+void check_could_write_dir(std::string const& dir, std::string const& what) {
+  using checkpoint::PathKind;
+  std::string existing = dir;
+  while (checkpoint::path_kind(existing) == PathKind::kMissing) {
+    std::string const up = checkpoint::parent_dir(existing);
+    if (up == existing) break;
+    existing = up;
+  }
+  if (checkpoint::path_kind(existing) != PathKind::kDirectory) {
+    throw std::invalid_argument(what + " " + dir + ": cannot be created (" + existing + " is not a folder)");
+  }
+  if (::access(existing.c_str(), W_OK | X_OK) != 0) {
+    throw std::invalid_argument(what + " " + dir + ": cannot write " +
+                                (existing == dir ? std::string("a file there") : "into " + existing) + " (" +
+                                std::strerror(errno) + ")");
+  }
+}
+
 // Every output path before the first step, so a run never trains for hours and then cannot write. `writer`: this
-// process writes the weights and golden files (rank 0); every rank writes its part of a training checkpoint.
+// process writes the weights and golden files (rank 0); every rank writes its part of a training checkpoint. A dry
+// run checks the same without creating a folder or writing a probe file (check_could_write_dir).
 void check_outputs(TrainConfig const& c, bool writer) {
   using checkpoint::PathKind;
+  auto* const check_writable = c.dry_run ? check_could_write_dir : checkpoint::check_writable_dir;
   if (writer && !c.output_dir.empty()) {
     PathKind const kind = checkpoint::path_kind(c.output_dir);
     if (kind != PathKind::kMissing && kind != PathKind::kDirectory) {
@@ -154,9 +181,9 @@ void check_outputs(TrainConfig const& c, bool writer) {
                                   "); fusepack writes config.json and model*.safetensors there and would replace "
                                   "them: give an empty or new folder, or --overwrite to replace them");
     }
-    checkpoint::check_writable_dir(c.output_dir, "output");
+    check_writable(c.output_dir, "output");
   }
-  if (!c.save_dir.empty()) checkpoint::check_writable_dir(c.save_dir, "save dir");
+  if (!c.save_dir.empty()) check_writable(c.save_dir, "save dir");
   if (writer && !c.metrics.empty()) {
     PathKind const kind = checkpoint::path_kind(c.metrics);
     if (kind == PathKind::kDirectory) throw std::invalid_argument("--metrics " + c.metrics + ": is a directory");
@@ -168,7 +195,7 @@ void check_outputs(TrainConfig const& c, bool writer) {
     if (checkpoint::path_kind(folder) == PathKind::kMissing) {
       throw std::invalid_argument("--metrics " + c.metrics + ": its folder " + folder + " does not exist");
     }
-    checkpoint::check_writable_dir(folder, "metrics file " + c.metrics + ": folder");
+    check_writable(folder, "metrics file " + c.metrics + ": folder");
   }
   if (writer && !c.golden_write.empty()) {
     // A golden goes into a folder that exists: a mistyped folder is named, not created.
@@ -180,7 +207,7 @@ void check_outputs(TrainConfig const& c, bool writer) {
       throw std::invalid_argument("--golden-write " + c.golden_write + ": its folder " + folder +
                                   " does not exist; create it first");
     }
-    checkpoint::check_writable_dir(folder, "golden file " + c.golden_write + ": folder");
+    check_writable(folder, "golden file " + c.golden_write + ": folder");
   }
 }
 
@@ -295,6 +322,23 @@ void check_targets(Data const& d, std::string const& data, TrainConfig const& c)
                               list + "; remove them or unmask their targets");
 }
 
+packing::PackerOptions packer_options(TrainConfig const& c) {
+  packing::PackerOptions o;
+  o.token_budget = c.token_budget;
+  o.lookahead = c.lookahead;
+  o.seed = c.seed;
+  o.oversize = c.oversize;
+  return o;
+}
+
+// The micro-batches of epoch `epoch` in the layout the run trains on.
+std::vector<packing::BatchPlan> epoch_micro_batches(std::vector<std::int64_t> const& lengths,
+                                                   packing::PackerOptions const& options, packing::PlanMode mode,
+                                                   Batching batching, std::uint64_t epoch) {
+  packing::EpochPlan plan = packing::plan_epoch(lengths, options, mode, epoch);
+  return batching == Batching::kPacked ? std::move(plan.packed) : std::move(plan.padded);
+}
+
 // The plans of successive epochs, one micro-batch at a time, in the layout the run trains on.
 class MicroBatchStream {
  public:
@@ -308,6 +352,7 @@ class MicroBatchStream {
   }
   std::uint64_t epochs_started() const { return epoch_; }
   std::int64_t next_in_epoch() const { return static_cast<std::int64_t>(next_); }
+  std::int64_t epoch_size() const { return static_cast<std::int64_t>(plans_.size()); }  // of the current epoch
   // Back to where a checkpoint left it: the plan of epoch `epochs_started` - 1, at entry `next`.
   void restore(std::uint64_t epochs_started, std::int64_t next) {
     plans_.clear();
@@ -326,8 +371,7 @@ class MicroBatchStream {
  private:
   // Draws epoch `epoch`'s plan (a function of the seed and the epoch) and starts at its first micro-batch.
   void start_epoch(std::uint64_t epoch) {
-    packing::EpochPlan plan = packing::plan_epoch(lengths_, options_, mode_, epoch);
-    plans_ = batching_ == Batching::kPacked ? std::move(plan.packed) : std::move(plan.padded);
+    plans_ = epoch_micro_batches(lengths_, options_, mode_, batching_, epoch);
     next_ = 0;
     epoch_ = epoch + 1;
   }
@@ -363,6 +407,9 @@ Json batching_description(TrainConfig const& c, int world_size) {
   b["oversize"] = packing::oversize_policy_name(c.oversize);
   b["micro_batches_per_step"] = c.micro_batches * world_size;
   b["steps"] = c.steps;
+  // The steps derived from --epochs are those of the data and settings; the epochs still say what was asked for, so
+  // a resume must repeat them (run_fingerprint). Absent without --epochs: the goldens written before it compare equal.
+  if (c.epochs > 0) b["epochs"] = c.epochs;
   b["backend"] = ops::backend_name(c.backend);
   // The optimizer and schedule have no provenance field of their own in FORMAT.md version 1: they ride here.
   b["optimizer"] = Json{{"name", "AdamW"},          {"lr", c.lr},
@@ -637,11 +684,198 @@ optim::AllReduceSum all_reduce_sum(std::shared_ptr<parallel::Collectives> const&
   };
 }
 
+// ---- Steps from --epochs, and the plan of a dry run
+
+std::string plural(std::int64_t n, std::string const& one, std::string const& many) {
+  return grouped(n) + " " + (n == 1 ? one : many);
+}
+
+// --epochs: `c` with its steps derived from the data: the micro-batches of epochs 0..epochs-1 (as MicroBatchStream
+// draws them) over those of a step, rounded down (PyTorch DataLoader's drop_last: a short last step would be a step of
+// a few tokens and a grad-norm spike). `line` says so and how many micro-batches that leaves out. Without epochs: `c`
+// as given and no line. Throws std::invalid_argument when the epochs hold less than one step, or when --warmup or
+// --profile-step do not fit in the derived steps.
+TrainConfig resolve_steps(TrainConfig const& c, std::vector<std::int64_t> const& lengths, int world,
+                          std::string& line) {
+  line.clear();
+  if (c.epochs == 0) return c;
+  packing::PackerOptions const popts = packer_options(c);
+  std::vector<std::int64_t> sizes;
+  std::int64_t total = 0;
+  for (std::int64_t e = 0; e < c.epochs; ++e) {
+    sizes.push_back(static_cast<std::int64_t>(
+        epoch_micro_batches(lengths, popts, c.pairing, c.batching, static_cast<std::uint64_t>(e)).size()));
+    total += sizes.back();
+  }
+  // "1 epoch of 57 micro-batches", "2 epochs of 57 and 61 micro-batches", "3 epochs of 57, 61 and 60 micro-batches";
+  // more than 4: "9 epochs of 57 to 61 micro-batches (530 in all)".
+  std::string counts;
+  if (sizes.size() <= 4) {
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      counts += (i == 0 ? "" : i + 1 == sizes.size() ? " and " : ", ") + grouped(sizes[i]);
+    }
+  } else {
+    auto const [least, most] = std::minmax_element(sizes.begin(), sizes.end());
+    counts = grouped(*least) + " to " + grouped(*most);
+  }
+  std::string const epochs = "--epochs " + std::to_string(c.epochs) + ": " + plural(c.epochs, "epoch", "epochs") +
+                             " of " + counts + (total == 1 ? " micro-batch" : " micro-batches") +
+                             (sizes.size() > 4 ? " (" + grouped(total) + " in all)" : std::string());
+  std::int64_t const per_step = c.micro_batches * world;
+  if (total < per_step) {
+    throw std::invalid_argument(
+        epochs + (sizes.size() > 1 && sizes.size() <= 4 ? " (" + grouped(total) + " in all)" : std::string()) +
+        (c.epochs == 1 ? " holds" : " hold") + " fewer than one step takes (" + grouped(per_step) +
+        " micro-batches: --micro-batches " + std::to_string(c.micro_batches) +
+        (world > 1 ? " x " + std::to_string(world) + " ranks" : std::string()) +
+        "); give more --epochs, fewer --micro-batches or a smaller --budget");
+  }
+  TrainConfig r = c;
+  r.steps = total / per_step;
+  std::int64_t const left = total - r.steps * per_step;
+  line = epochs + "; " + plural(r.steps, "step", "steps") + " of " + plural(per_step, "micro-batch", "micro-batches") +
+         " train " + grouped(r.steps * per_step) + " of them, " +
+         (left == 0 ? std::string("none left out") : grouped(left) + " left out (the last step would be partial)");
+  std::string problems;
+  std::string const of = " the " + plural(r.steps, "step", "steps") + " of --epochs " + std::to_string(c.epochs);
+  if (c.warmup_steps > r.steps) {
+    problems += "--warmup " + std::to_string(c.warmup_steps) + " must be <=" + of;
+  }
+  if (c.profile_step >= r.steps) {
+    problems += std::string(problems.empty() ? "" : "; ") + "--profile-step " + std::to_string(c.profile_step) +
+                " must be <" + of + " (0-based)";
+  }
+  if (!problems.empty()) throw std::invalid_argument(problems + " (" + line + ")");
+  return r;
+}
+
+// Least, median (the mean of the middle two for an even count) and most of a count over micro-batches.
+class Spread {
+ public:
+  void add(std::int64_t v) {
+    ++counts_[v];
+    ++n_;
+  }
+  std::string str() const {
+    if (n_ == 0) return "-";
+    return "min " + grouped(counts_.begin()->first) + " / median " + median() + " / max " +
+           grouped(counts_.rbegin()->first);
+  }
+
+ private:
+  std::string median() const {
+    auto value_at = [this](std::int64_t index) {  // of the sorted values
+      for (auto const& [v, k] : counts_) {
+        if (index < k) return v;
+        index -= k;
+      }
+      return counts_.rbegin()->first;
+    };
+    std::int64_t const a = value_at((n_ - 1) / 2), b = value_at(n_ / 2);
+    return (a + b) % 2 == 0 ? grouped((a + b) / 2) : grouped((a + b) / 2) + ".5";
+  }
+  std::map<std::int64_t, std::int64_t> counts_;  // value → micro-batches: bounded by the budget, not the run's length
+  std::int64_t n_ = 0;
+};
+
+std::string gib(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g GiB", bytes / (1 << 30));
+  return buf;
+}
+
+// --dry-run: the run's model, data and plan as it would train them, then nothing: no step, no file. The memory of the
+// weights, gradients and AdamW state comes from the parameters' names and shapes (a model on the meta device, nothing
+// allocated or initialised).
+RunResult dry_run(TrainConfig const& c, RunResult result, Data const& data, std::vector<std::int64_t> const& lengths,
+                  std::string const& epochs_line, parallel::Collectives const* comm, Log& log) {
+  int const world = result.world_size;
+  model::ModelOptions mopts = model_options(c);
+  mopts.device = c10::kMeta;
+  model::Qwen35ForCausalLM const model(result.model_config, mopts);
+  log.line("dry run: planning the run without training it or writing any file");
+  log.line(describe_model(result.model_config, model, c) +
+           (comm ? ", sharded over " + std::to_string(world) + " ranks (" + comm->backend_name() + ")" : ""));
+  log.line("data: " + data.description.dump());
+  log.line("batching: " + batching_description(c, world).dump());
+  if (!epochs_line.empty()) log.line(epochs_line);
+
+  // Every micro-batch the run trains, over all ranks, in order.
+  packing::PackerOptions const popts = packer_options(c);
+  std::vector<std::int64_t> const kept = packing::budgeted_lengths(lengths, popts);  // cut to the budget: trained
+  MicroBatchStream stream(lengths, popts, c.pairing, c.batching);
+  std::int64_t const per_step = c.micro_batches * world;
+  std::int64_t const count = c.steps * per_step;
+  Spread tokens, examples;
+  std::int64_t all_tokens = 0, slots = 0, first_epoch = 0;
+  for (std::int64_t i = 0; i < count; ++i) {
+    packing::BatchPlan const& plan = stream.next();
+    if (i == 0) first_epoch = stream.epoch_size();
+    std::int64_t n = 0, longest = 0;
+    for (std::int64_t id : plan) {
+      n += kept[static_cast<std::size_t>(id)];
+      longest = std::max(longest, kept[static_cast<std::size_t>(id)]);
+    }
+    tokens.add(n);
+    examples.add(static_cast<std::int64_t>(plan.size()));
+    all_tokens += n;
+    slots += c.batching == Batching::kPacked ? n : static_cast<std::int64_t>(plan.size()) * longest;
+  }
+  double const epochs = static_cast<double>(stream.epochs_started() - 1) +
+                        static_cast<double>(stream.next_in_epoch()) / static_cast<double>(stream.epoch_size());
+  std::ostringstream plan;
+  plan << std::fixed << std::setprecision(2) << "plan: "
+       << plural(static_cast<std::int64_t>(data.examples.size()), "example", "examples")
+       << ", " << plural(data.description.at("tokens").get<std::int64_t>(), "token", "tokens") << "; "
+       << plural(c.steps, "step", "steps") << " x " << plural(per_step, "micro-batch", "micro-batches")
+       << (world > 1 ? " (" + std::to_string(c.micro_batches) + " per rank x " + std::to_string(world) + " ranks)"
+                     : std::string())
+       << " = " << plural(count, "micro-batch", "micro-batches") << ", ";
+  if (epochs < 1) {
+    plan << epochs << " of an epoch (epoch 0: " << plural(first_epoch, "micro-batch", "micro-batches") << ")";
+  } else if (epochs == std::floor(epochs)) {
+    plan << plural(static_cast<std::int64_t>(epochs), "epoch", "epochs");
+  } else {
+    plan << epochs << " epochs";
+  }
+  log.line(plan.str());
+  std::ostringstream per;
+  per << std::fixed << std::setprecision(1) << "per micro-batch: tokens " << tokens.str() << ", examples "
+      << examples.str() << "; padding "
+      << (slots > 0 ? 100.0 * static_cast<double>(slots - all_tokens) / static_cast<double>(slots) : 0.0) << "% of "
+      << grouped(slots) << " positions (" << grouped(all_tokens) << " tokens)";
+  log.line(per.str());
+
+  // Held from step to step: weights, gradients (in the master dtype), AdamW's two moments, and with bf16 compute
+  // the bf16 copy of the weights; a sharded run holds 1/world of each on every rank.
+  std::int64_t const params = model.num_parameters();
+  std::int64_t const master = static_cast<std::int64_t>(c10::elementSize(mopts.dtype));
+  at::ScalarType const compute_dtype = mopts.compute_dtype.value_or(mopts.dtype);
+  std::int64_t const compute =
+      compute_dtype == mopts.dtype ? 0 : static_cast<std::int64_t>(c10::elementSize(compute_dtype));
+  std::int64_t const per_param = 4 * master + compute;
+  double const bytes = static_cast<double>(params) * static_cast<double>(per_param);
+  std::string const master_name = mopts.dtype == at::kDouble ? "fp64" : "fp32";
+  std::string memory = "memory: " + grouped(params) + " parameters x " + std::to_string(per_param) + " bytes (" +
+                       master_name + " weights " + std::to_string(master) + " + gradients " + std::to_string(master) +
+                       " + AdamW moments 2 x " + std::to_string(master) +
+                       (compute > 0 ? " + " + std::string(dtype_name(c.dtype)) + " compute copy " +
+                                          std::to_string(compute)
+                                    : std::string()) +
+                       ") = " + gib(bytes);
+  if (world > 1) memory += ", " + gib(bytes / world) + " per rank over " + std::to_string(world) + " ranks";
+  log.line(memory + "; activations not included");
+  if (!c.weights.empty()) log.line("weights: " + c.weights + " (not read by a dry run)");
+  if (!c.resume.empty()) log.line("resume: " + c.resume + " (not read by a dry run; the plan is the whole run's)");
+  log.line("dry run: stopped before the first step; no file written");
+  return result;
+}
+
 }  // namespace
 
-RunResult run_training(TrainConfig const& config, RunOptions const& options) {
+RunResult run_training(TrainConfig const& given, RunOptions const& options) {
   Clock::time_point const start = Clock::now();
-  config.validate();
+  given.validate();
   Log log(options.log, options.progress_bar);
   std::shared_ptr<parallel::Collectives> const& comm = options.comm;
   int const rank = comm ? comm->rank() : 0;
@@ -650,29 +884,36 @@ RunResult run_training(TrainConfig const& config, RunOptions const& options) {
 
   std::optional<golden::GoldenFile> reference, baseline;
   golden::TolerancePolicy tolerance;
-  if (!config.golden_check.empty()) {
-    reference = golden::read_golden(config.golden_check);
-    if (!config.golden_baseline.empty()) {
+  if (!given.golden_check.empty()) {
+    reference = golden::read_golden(given.golden_check);
+    if (!given.golden_baseline.empty()) {
       if (options.tolerance) throw std::invalid_argument("a golden baseline and explicit tolerances exclude each other");
-      baseline = read_baseline(config, *reference);
+      baseline = read_baseline(given, *reference);
     } else {
-      tolerance = options.tolerance ? *options.tolerance : golden_tolerance(config.dtype, reference->provenance.dtype);
+      tolerance = options.tolerance ? *options.tolerance : golden_tolerance(given.dtype, reference->provenance.dtype);
       tolerance.validate();
     }
   }
-  at::Device const device = comm ? comm->device() : c10::Device(config.device);
-  if (!comm) check_device(config);
-  if (config.threads > 0) at::set_num_threads(static_cast<int>(config.threads));
+  at::Device const device = comm ? comm->device() : c10::Device(given.device);
+  if (!comm) check_device(given);
+  if (given.threads > 0) at::set_num_threads(static_cast<int>(given.threads));
 
   RunResult result;
   result.rank = rank;
   result.world_size = world;
-  result.model_config = load_model_config(config);
-  Data const data = load_data(config.data, result.model_config.vocab_size);
-  check_targets(data, config.data, config);
+  result.model_config = load_model_config(given);
+  Data const data = load_data(given.data, result.model_config.vocab_size);
+  check_targets(data, given.data, given);
+  std::vector<std::int64_t> const lengths = packing::example_lengths(data.examples);
+  // From here on the run's settings are `config`: with --epochs, its steps are the derived ones (the schedule, the
+  // loop, the fingerprint and the provenance all see them).
+  std::string epochs_line;
+  TrainConfig const config = resolve_steps(given, lengths, world, epochs_line);
+  result.total_steps = config.steps;
   std::string const fingerprint = run_fingerprint(config, result.model_config, data, world).dump();
   if (comm) check_same_settings(*comm, fingerprint);
   check_outputs(config, writer);
+  if (config.dry_run) return dry_run(config, std::move(result), data, lengths, epochs_line, comm.get(), log);
 
   model::ModelOptions mopts = model_options(config);
   if (comm) mopts.device = c10::kMeta;  // the forward reads the sharded weights; the model holds names and shapes
@@ -709,13 +950,10 @@ RunResult run_training(TrainConfig const& config, RunOptions const& options) {
 
   log.line("data: " + data.description.dump());
 
-  packing::PackerOptions popts;
-  popts.token_budget = config.token_budget;
-  popts.lookahead = config.lookahead;
-  popts.seed = config.seed;
-  popts.oversize = config.oversize;
-  MicroBatchStream stream(packing::example_lengths(data.examples), popts, config.pairing, config.batching);
+  packing::PackerOptions const popts = packer_options(config);
+  MicroBatchStream stream(lengths, popts, config.pairing, config.batching);
   log.line("batching: " + batching_description(config, world).dump());
+  if (!epochs_line.empty()) log.line(epochs_line);
 
   TrainerOptions topts;
   topts.adamw.beta1 = config.beta1;

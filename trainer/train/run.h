@@ -64,6 +64,9 @@ struct RunResult {
   // One process on a GPU: the most bytes the decoder layers' forward kept for the backward in a micro-batch (what
   // activation checkpointing saves); -1 otherwise.
   std::int64_t layer_activation_bytes = -1;
+  // The run's optimizer steps: config.steps, or with config.epochs the steps derived from the data. A dry run
+  // (config.dry_run) sets it and returns with no steps.
+  std::int64_t total_steps = 0;
   int interrupted_by = 0;       // the stop request (signal number) that ended the run early; 0 when it ran through
   std::string last_checkpoint;  // the training checkpoint saved last, if any
   std::vector<StepMetrics> steps;
@@ -77,6 +80,10 @@ struct RunResult {
 };
 
 // Validates `config` (TrainConfig::validate), reads golden_check before any work (a bad file fails fast), then runs.
+// With config.epochs the steps are derived once the data is loaded (TrainConfig::epochs; a log line says how many
+// micro-batches are left out). With config.dry_run it stops before building the model's parameters: it logs the plan
+// (steps, epochs, tokens and examples per micro-batch, padding, memory of weights, gradients and AdamW state) and
+// returns with no steps, having written and created no file.
 // Throws std::invalid_argument for a bad config, data or weights (the message names the field or file),
 // golden::GoldenError for a bad golden file, optim::NonFiniteGradNorm when a step's gradient is not finite, and
 // whatever the model throws (e.g. the fused backend refusing an op: nothing falls back). A failed golden comparison is
