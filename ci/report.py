@@ -198,16 +198,6 @@ def failure_excerpt(system_out, max_lines=12):
     return "\n".join(x.replace(ROOT + "/", "") for x in picked[:max_lines])
 
 
-def case_state(case):
-    """passed, failed or skipped, by the rules of ci/summarize.py."""
-    status = case.get("status")
-    if case.find("failure") is not None or status == "fail":
-        return "failed"
-    if case.find("skipped") is not None or status in ("notrun", "disabled"):
-        return "skipped"
-    return "passed"
-
-
 def junit_labels(case):
     for prop in case.iter("property"):
         if prop.get("name") == "cmake_labels":
@@ -221,7 +211,7 @@ def collect_tests(root, labels):
     per_label, failed, skipped, worst, level = {}, [], {}, {}, None
     for case in root.iter("testcase"):
         name, out = case.get("name"), case.findtext("system-out") or ""
-        state = case_state(case)
+        state = summarize.case_state(case)
         case_labels = labels.get(name) or junit_labels(case) or ["(no label)"]
         for label in case_labels:
             per_label.setdefault(label, {"passed": 0, "failed": 0, "skipped": 0})[state] += 1
@@ -235,13 +225,7 @@ def collect_tests(root, labels):
         if level is None:
             m = re.search(r"FUSEPACK_TEST_LEVEL=(\w+)", out)
             level = m.group(1) if m else None
-        for line in out.splitlines():
-            m = summarize.CHECK.match(line)
-            if m:
-                key = (summarize.suite_of(m.group(1)), m.group(3).split(" ")[0])
-                share = float(m.group(6))
-                if key not in worst or share > worst[key][0]:
-                    worst[key] = (share, m.group(2), float(m.group(4)), float(m.group(5)))
+        summarize.add_checks(worst, out)
     return {"per_label": per_label, "failed": failed, "skipped": skipped, "worst": worst, "level": level}
 
 
@@ -466,7 +450,7 @@ def main(argv=None):
     if tests:
         per_label, failed, skipped = tests["per_label"], tests["failed"], tests["skipped"]
         n_cases = len(list(tests["root"].iter("testcase")))
-        n_skipped = sum(1 for c in tests["root"].iter("testcase") if case_state(c) == "skipped")
+        n_skipped = sum(1 for c in tests["root"].iter("testcase") if summarize.case_state(c) == "skipped")
         n_passed = n_cases - len(failed) - n_skipped
         md += ["", "## Tests", "",
                f"**{'FAILED' if failed else 'PASSED'}**: {n_passed} passed, {len(failed)} failed, {n_skipped} skipped "

@@ -29,6 +29,28 @@ def suite_of(test_name):
     return name.split(".")[0]
 
 
+def case_state(case):
+    """passed, failed or skipped: a CTest JUnit testcase's outcome."""
+    status = case.get("status")
+    if case.find("failure") is not None or status == "fail":
+        return "failed"
+    if case.find("skipped") is not None or status in ("notrun", "disabled"):
+        return "skipped"
+    return "passed"
+
+
+def add_checks(worst, system_out):
+    """Keeps in `worst` the largest budget share per (suite, checked tensor) of the "[  check   ]" lines in
+    `system_out`, as (share, verdict, max_abs, max_rel)."""
+    for line in system_out.splitlines():
+        m = CHECK.match(line)
+        if m:
+            key = (suite_of(m.group(1)), m.group(3).split(" ")[0])
+            share = float(m.group(6))
+            if key not in worst or share > worst[key][0]:
+                worst[key] = (share, m.group(2), float(m.group(4)), float(m.group(5)))
+
+
 def main():
     build_dir, junit = sys.argv[1], sys.argv[2]
     labels = tests_by_label(build_dir)
@@ -40,22 +62,12 @@ def main():
     per_label = {}
     failed, worst = [], {}
     for case in root.iter("testcase"):
-        name, status = case.get("name"), case.get("status")
-        failed_case = case.find("failure") is not None or status == "fail"
-        skipped = case.find("skipped") is not None or status in ("notrun", "disabled")
-        state = "failed" if failed_case else "skipped" if skipped else "passed"
+        name, state = case.get("name"), case_state(case)
         for label in labels.get(name, ["(no label)"]):
             per_label.setdefault(label, {"passed": 0, "failed": 0, "skipped": 0})[state] += 1
-        if failed_case:
+        if state == "failed":
             failed.append(name)
-        out = case.findtext("system-out") or ""
-        for line in out.splitlines():
-            m = CHECK.match(line)
-            if m:
-                key = (suite_of(m.group(1)), m.group(3).split(" ")[0])
-                share = float(m.group(6))
-                if key not in worst or share > worst[key][0]:
-                    worst[key] = (share, m.group(2), float(m.group(4)), float(m.group(5)))
+        add_checks(worst, case.findtext("system-out") or "")
 
     print("\n== fusepack summary ==")
     print(f"{'label':<12} {'passed':>7} {'failed':>7} {'skipped':>8}")
