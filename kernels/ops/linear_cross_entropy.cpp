@@ -104,7 +104,8 @@ at::Tensor chunked_linear_cross_entropy(at::Tensor const& hidden, at::Tensor con
                                         std::int64_t chunk_tokens) {
   check_inputs(hidden, weight, labels);
   TORCH_CHECK(chunk_tokens >= 0, "linear_cross_entropy: chunk_tokens must be >= 0 (0: automatic); got ", chunk_tokens);
-  return ChunkedLinearCrossEntropyFunction::apply(hidden.contiguous(), weight.contiguous(), labels, chunk_tokens, false);
+  return ChunkedLinearCrossEntropyFunction::apply(hidden.contiguous(), weight.contiguous(), labels, chunk_tokens,
+                                                  /*record=*/false);
 }
 
 at::Tensor linear_cross_entropy(at::Tensor const& hidden, at::Tensor const& weight, at::Tensor const& labels,

@@ -276,56 +276,60 @@ TEST(Qwen35Layers, RandomPacksMatchTheReferenceComposition) {
 // ---------------------------------------------------------------------------------------------------------------
 // Planted bugs: the block gets mixed-up weights, the reference the right ones; the comparison must fail.
 
-TEST(Qwen35Layers, PlantedQNormKNormSwapIsCaught) {
+// The fixed pack through block `check` given the weights drawn by `draw` after `plant` mixed them up, against the
+// reference with the right ones: must fail.
+template <typename Weights, typename Draw, typename Check, typename Plant>
+void expect_planted_caught(std::string const& bug, Draw draw, Check check, Plant plant) {
   auto rng = test_rng();
   Qwen35Config const c = tiny();
   Pack const p = make_pack(kFixedLengths, c.hidden_size, rng);
-  AttentionWeights const w = draw_attention(c, rng);
-  AttentionWeights swapped = w;
-  std::swap(swapped.q_norm, swapped.k_norm);
-  expect_caught("q_norm and k_norm swapped", check_attention(p, swapped, w, c));
+  Weights const w = draw(c, rng);
+  Weights planted = w;
+  plant(planted, c);
+  expect_caught(bug, check(p, planted, w, c));
+}
+
+TEST(Qwen35Layers, PlantedQNormKNormSwapIsCaught) {
+  expect_planted_caught<AttentionWeights>(
+      "q_norm and k_norm swapped", draw_attention, check_attention,
+      [](AttentionWeights& w, Qwen35Config const&) { std::swap(w.q_norm, w.k_norm); });
 }
 
 TEST(Qwen35Layers, PlantedQueryGateHalvesSwapIsCaught) {
-  auto rng = test_rng();
-  Qwen35Config const c = tiny();
-  Pack const p = make_pack(kFixedLengths, c.hidden_size, rng);
-  AttentionWeights const w = draw_attention(c, rng);
-  AttentionWeights swapped = w;  // q_proj rows per head [gate | query] instead of [query | gate]
-  Index const Hq = c.num_attention_heads, D = c.head_dim;
-  swapped.q_proj = w.q_proj.view({Hq, 2, D, c.hidden_size}).flip({1}).reshape({Hq * 2 * D, c.hidden_size});
-  expect_caught("q_proj's query and gate halves swapped", check_attention(p, swapped, w, c));
+  // q_proj rows per head [gate | query] instead of [query | gate]
+  expect_planted_caught<AttentionWeights>(
+      "q_proj's query and gate halves swapped", draw_attention, check_attention,
+      [](AttentionWeights& w, Qwen35Config const& c) {
+        Index const Hq = c.num_attention_heads, D = c.head_dim;
+        w.q_proj = w.q_proj.view({Hq, 2, D, c.hidden_size}).flip({1}).reshape({Hq * 2 * D, c.hidden_size});
+      });
 }
 
 TEST(Qwen35Layers, PlantedALogDtBiasSwapIsCaught) {
-  auto rng = test_rng();
-  Qwen35Config const c = tiny();
-  Pack const p = make_pack(kFixedLengths, c.hidden_size, rng);
-  GatedDeltaNetWeights const w = draw_deltanet(c, rng);
-  GatedDeltaNetWeights swapped = w;
-  std::swap(swapped.A_log, swapped.dt_bias);
-  expect_caught("A_log and dt_bias swapped", check_deltanet(p, swapped, w, c));
+  expect_planted_caught<GatedDeltaNetWeights>(
+      "A_log and dt_bias swapped", draw_deltanet, check_deltanet,
+      [](GatedDeltaNetWeights& w, Qwen35Config const&) { std::swap(w.A_log, w.dt_bias); });
 }
 
 TEST(Qwen35Layers, PlantedZAndVRowsSwapIsCaught) {
-  auto rng = test_rng();
-  Qwen35Config const c = tiny();
-  Pack const p = make_pack(kFixedLengths, c.hidden_size, rng);
-  GatedDeltaNetWeights const w = draw_deltanet(c, rng);
-  GatedDeltaNetWeights swapped = w;  // the gate z read from in_proj_qkv's v rows, and v from in_proj_z
-  Index const Kd2 = 2 * c.linear_num_key_heads * c.linear_key_head_dim;
-  Index const Vd = c.linear_num_value_heads * c.linear_value_head_dim;
-  swapped.in_proj_qkv = at::cat({w.in_proj_qkv.narrow(0, 0, Kd2), w.in_proj_z}, 0);
-  swapped.in_proj_z = w.in_proj_qkv.narrow(0, Kd2, Vd).contiguous();
-  expect_caught("z and v rows swapped", check_deltanet(p, swapped, w, c));
+  // the gate z read from in_proj_qkv's v rows, and v from in_proj_z
+  expect_planted_caught<GatedDeltaNetWeights>(
+      "z and v rows swapped", draw_deltanet, check_deltanet, [](GatedDeltaNetWeights& w, Qwen35Config const& c) {
+        Index const Kd2 = 2 * c.linear_num_key_heads * c.linear_key_head_dim;
+        Index const Vd = c.linear_num_value_heads * c.linear_value_head_dim;
+        at::Tensor const qkv = w.in_proj_qkv;
+        w.in_proj_qkv = at::cat({qkv.narrow(0, 0, Kd2), w.in_proj_z}, 0);
+        w.in_proj_z = qkv.narrow(0, Kd2, Vd).contiguous();
+      });
 }
 
 TEST(Qwen35Layers, PlantedMlpGateUpSwapIsCaught) {
-  auto rng = test_rng();
-  Qwen35Config const c = tiny();
-  Pack const p = make_pack(kFixedLengths, c.hidden_size, rng);
-  MlpWeights const w = draw_mlp(c, rng);
-  expect_caught("gate_proj and up_proj swapped", check_mlp(p, {w.up_proj, w.gate_proj, w.down_proj}, w));
+  expect_planted_caught<MlpWeights>(
+      "gate_proj and up_proj swapped", draw_mlp,
+      [](Pack const& p, MlpWeights const& given, MlpWeights const& w, Qwen35Config const&) {
+        return check_mlp(p, given, w);
+      },
+      [](MlpWeights& w, Qwen35Config const&) { std::swap(w.gate_proj, w.up_proj); });
 }
 
 }  // namespace

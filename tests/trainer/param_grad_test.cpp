@@ -234,8 +234,8 @@ TEST(ParamGrad, TheCompositeBf16BaselineGradientsStayWithinTheFixedBudgetOfFp64)
                              << " of its largest element";
     }
   }
-  std::printf("[ measured ] composite bf16 vs fp64 over %d batches, worst max|gc - g64| / max|g64|: %.3g (budget %.3g), "
-              "A_log and dt_bias %.3g (budget %.3g)\n", kBatches, worst, kBaselineBudget, worst_decay,
+  std::printf("[ measured ] composite bf16 vs fp64 over %d batches, worst max|gc - g64| / max|g64|: %.3g "
+              "(budget %.3g), A_log and dt_bias %.3g (budget %.3g)\n", kBatches, worst, kBaselineBudget, worst_decay,
               kDecayBaselineBudget);
 }
 
