@@ -53,6 +53,11 @@ struct Comparison {
   std::string table() const;
 };
 
+// The tolerances fusepack derives for a run in `run_dtype` against a golden in `golden_dtype` (provenance dtype names:
+// "float64", "float32"), with their derivation in compare.cpp: fp64 against fp64 and fp32 against fp64. Throws
+// std::invalid_argument for any other pair (a low-precision run is judged against a baseline instead).
+TolerancePolicy derived_tolerance(std::string const& run_dtype, std::string const& golden_dtype);
+
 // Compares run[k] with golden.steps[k] for every k both have. A record whose step number differs from the golden's
 // is a problem (its values are not compared: they belong to different steps). Run values are not validated:
 // a NaN loss is a failing check, not an exception. Throws std::invalid_argument for a bad policy.

@@ -6,9 +6,11 @@
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -33,7 +35,9 @@ void print_provenance(char const* which, GoldenFile const& f) {
 
 int main(int argc, char** argv) {
   CLI::App app{"Compares a run with a golden loss file step by step (tokens exactly; loss, grad_norm and lr within "
-               "atol + rtol*|golden| + drift*step, default 0: equality).",
+               "atol + rtol*|golden| + drift*step). Without tolerance options: the tolerances fusepack-train's "
+               "--golden-check derives for the two files' dtypes (fp64 or fp32 run, fp64 golden); --exact demands "
+               "equality.",
                "fusepack-golden-compare"};
   std::string golden_path, run_path;
   TolerancePolicy policy;
@@ -57,8 +61,16 @@ int main(int argc, char** argv) {
                  "with --baseline: how far the baseline itself may be from the golden, relative, at any step "
                  "(default: --floor-rel; fusepack-train uses 1 rounding step for bf16, 8 for fp32)")
       ->needs(baseline_opt);
+  bool exact = false;
+  auto* exact_opt = app.add_flag("--exact", exact, "every value equal to the golden's (no tolerance)");
+  exact_opt->excludes(baseline_opt);
+  std::vector<std::string> tolerance_flags;
   for (char const* field : {"loss", "grad-norm", "lr"}) {
-    for (char const* kind : {"-atol", "-rtol", "-drift"}) baseline_opt->excludes(std::string("--") + field + kind);
+    for (char const* kind : {"-atol", "-rtol", "-drift"}) {
+      tolerance_flags.push_back(std::string("--") + field + kind);
+      baseline_opt->excludes(tolerance_flags.back());
+      exact_opt->excludes(tolerance_flags.back());
+    }
   }
   try {
     app.parse(argc, argv);
@@ -74,6 +86,13 @@ int main(int argc, char** argv) {
     print_provenance("run:", run);
     if (golden.provenance.model_config != run.provenance.model_config) {
       std::printf("note: the model configs differ\n");
+    }
+    bool const given = std::any_of(tolerance_flags.begin(), tolerance_flags.end(),
+                                   [&](std::string const& f) { return app.count(f) > 0; });
+    if (baseline_path.empty() && !given && !exact) {
+      policy = derived_tolerance(run.provenance.dtype, golden.provenance.dtype);
+      std::printf("tolerances: derived for a %s run against a %s golden, as fusepack-train --golden-check uses them\n",
+                  run.provenance.dtype.c_str(), golden.provenance.dtype.c_str());
     }
     Comparison const c = baseline_path.empty()
                              ? compare(golden, run.steps, policy)

@@ -12,6 +12,7 @@
 #include <exception>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -155,7 +156,9 @@ int main(int argc, char** argv) {
   CLI::App app{"Plans one epoch and prints what padded 2D and packed 1D batches cost at a token budget.",
                "fusepack-pack"};
   Args args;
-  auto* data = app.add_option("--data", args.data, "JSONL dataset: {\"input_ids\": [...], \"labels\": [...]} per line");
+  auto* data = app.add_option("--data", args.data,
+                              "JSONL dataset: {\"input_ids\": [...], \"labels\": [...]} per line, or a synthetic "
+                              "spec (synthetic:..., as --synthetic and as fusepack-train --data take it)");
   auto* synthetic = app.add_option("--synthetic", args.synthetic,
                                    "synthetic:n=10000,median=900,sigma=0.9,vocab=32768,min=1,max=8192,prompt=0,seed=1");
   data->excludes(synthetic);
@@ -187,6 +190,8 @@ int main(int argc, char** argv) {
                  static_cast<long long>(args.packer.lookahead));
     return 2;
   }
+  // fusepack-train's spelling: --data takes a synthetic spec too.
+  if (args.data.rfind("synthetic:", 0) == 0) args.synthetic = std::exchange(args.data, std::string());
   if (args.data.empty() == args.synthetic.empty()) {
     std::fprintf(stderr, "fusepack-pack: give exactly one of --data FILE.jsonl or --synthetic SPEC\n");
     return 2;

@@ -66,7 +66,7 @@ TEST(E2EGolden, PackedCompositeFp64ReproducesThePaddedGoldenStepByStep) {
   ASSERT_TRUE(r.comparison.has_value());
   std::printf("[ measured ] fp64 packed vs padded golden: max rel diff loss %.3g, grad_norm %.3g\n",
               max_rel_diff(*r.comparison, "loss"), max_rel_diff(*r.comparison, "grad_norm"));
-  // Tolerance: train::golden_tolerance(fp64, "float64"), derived and commented in trainer/train/run.cpp.
+  // Tolerance: golden::derived_tolerance("float64", "float64"), derived and commented in golden/compare.cpp.
   EXPECT_TRUE(r.comparison->passed()) << r.comparison->verdict();
   // Packing removes the padding: the packed run computes only real tokens.
   EXPECT_EQ(r.summary.padding_share(), 0.0);
@@ -100,7 +100,7 @@ TEST(E2EGolden, PackedCompositeFp32StaysWithinTheFp32ToleranceOfTheFp64Golden) {
   ASSERT_TRUE(r.comparison.has_value());
   std::printf("[ measured ] fp32 packed vs fp64 padded golden: max rel diff loss %.3g, grad_norm %.3g\n",
               max_rel_diff(*r.comparison, "loss"), max_rel_diff(*r.comparison, "grad_norm"));
-  // Tolerance: train::golden_tolerance(fp32, "float64"), derived and commented in trainer/train/run.cpp.
+  // Tolerance: golden::derived_tolerance("float32", "float64"), derived and commented in golden/compare.cpp.
   EXPECT_TRUE(r.comparison->passed()) << r.comparison->verdict();
 }
 

@@ -492,6 +492,33 @@ BinaryResult run_compare(std::string const& args) {
   return run_binary(FUSEPACK_GOLDEN_COMPARE_BINARY, "fusepack-golden-compare", args);
 }
 
+// Without tolerance options the tool applies what fusepack-train --golden-check derives for the files' dtypes, so
+// both give one verdict on one run; --exact asks for equality; a low-precision run needs its baseline.
+TEST(FusepackGoldenCompare, DefaultsToTheToleranceTheTrainerDerivesForTheDtypes) {
+  std::string const dir = ::testing::TempDir() + "fusepack_golden_compare_default_" + std::to_string(::getpid()) + "_";
+  GoldenFile const g = sample(4);
+  GoldenFile run = g;
+  run.steps[2].loss *= 1 + 1e-14;  // fp64 summation-order noise: inside the derived 1e-12 relative
+  golden::write_golden(dir + "golden.json", g);
+  golden::write_golden(dir + "run.json", run);
+  BinaryResult const derived = run_compare(dir + "golden.json " + dir + "run.json");
+  EXPECT_EQ(derived.exit_code, 0) << derived.out;
+  EXPECT_NE(derived.out.find("tolerances: derived for a float64 run against a float64 golden"), std::string::npos)
+      << derived.out;
+  BinaryResult const exact = run_compare(dir + "golden.json " + dir + "run.json --exact");
+  EXPECT_EQ(exact.exit_code, 1) << exact.out;
+  EXPECT_EQ(run_compare(dir + "golden.json " + dir + "run.json --exact --loss-rtol 1").exit_code, 2);
+  run.steps[2].loss *= 1 + 1e-9;  // 1000x the derived fp64 tolerance
+  golden::write_golden(dir + "far.json", run);
+  EXPECT_EQ(run_compare(dir + "golden.json " + dir + "far.json").exit_code, 1);
+  run.provenance.dtype = "bfloat16";
+  golden::write_golden(dir + "bf16.json", run);
+  BinaryResult const bf16 = run_compare(dir + "golden.json " + dir + "bf16.json");
+  EXPECT_EQ(bf16.exit_code, 2) << bf16.out;
+  EXPECT_NE(bf16.out.find("no derived golden tolerance for a bfloat16 run"), std::string::npos) << bf16.out;
+  for (char const* f : {"golden.json", "run.json", "far.json", "bf16.json"}) std::remove((dir + f).c_str());
+}
+
 TEST(FusepackGoldenCompare, ExitsZeroOnPassOneOnFailTwoOnError) {
   std::string const dir = ::testing::TempDir() + "fusepack_golden_compare_" + std::to_string(::getpid()) + "_";
   GoldenFile const g = sample(4);

@@ -336,7 +336,10 @@ int gradcheck(Options const& o) {
                                 "check the fused kernel with --backend fused");
   }
   std::string why;
-  if (device_name == "cuda" && !cuda_device_available(&why)) throw std::runtime_error(why);
+  if (device_name == "cuda" && !cuda_device_available(&why)) {
+    throw std::runtime_error(why + " (the fused kernels need one; on this machine check the composite on the CPU: "
+                                   "--backend composite --dtype fp64)");
+  }
   at::Device const device = device_name == "cuda" ? at::Device(at::kCUDA) : at::Device(at::kCPU);
 
   double const flops = reference_flops(o);

@@ -35,6 +35,14 @@ TEST(FusepackPack, PrintsPaddedAndPackedFiguresForASyntheticSet) {
   }
 }
 
+// fusepack-train's spelling works too: --data takes a synthetic spec, with the same figures as --synthetic.
+TEST(FusepackPack, DataTakesASyntheticSpecAsTheTrainerDoes) {
+  std::string const spec = "synthetic:n=500,median=200,max=1024 --budget 1024 --seed 3";
+  BinaryResult const data = run_pack("--data " + spec), synthetic = run_pack("--synthetic " + spec);
+  ASSERT_EQ(data.exit_code, 0) << data.out;
+  EXPECT_EQ(data.out, synthetic.out);
+}
+
 TEST(FusepackPack, ReadsAJsonlFile) {
   std::string const path = temp_path(".jsonl");
   {

@@ -101,7 +101,7 @@ struct TrainConfig {
   // With golden_check, for low-precision runs: the golden's own run repeated in this run's dtype (a golden-format
   // file, e.g. the padded composite bf16 run written with golden_write). The run then passes a step when it is within
   // twice the baseline's drift from the golden plus one rounding step of its dtype (golden::compare_with_baseline,
-  // the numerics rule of docs/contracts.md) instead of fixed tolerances. Empty = fixed tolerances (golden_tolerance).
+  // the numerics rule of docs/contracts.md) instead of fixed tolerances. Empty = fixed tolerances (golden::derived_tolerance).
   std::string golden_baseline;
   // Training checkpoints (training_checkpoint.h): into save_dir every save_every steps (0: only at the end) and when
   // the run is interrupted (SIGINT, SIGTERM); the newest keep_checkpoints are kept. Empty save_dir: none.

@@ -39,7 +39,7 @@ struct RunOptions {
   std::ostream* log = nullptr;
   // Draw a progress bar on stderr, redrawn after each step line (fusepack-train: when stderr is a terminal).
   bool progress_bar = false;
-  // Tolerance of golden_check. Unset = golden_tolerance(config.dtype, the golden's dtype).
+  // Tolerance of golden_check. Unset = golden::derived_tolerance(the run's dtype, the golden's).
   std::optional<golden::TolerancePolicy> tolerance;
   MicroBatchEdit edit_micro_batch;
   // A sharded run: this process is rank comm->rank() of comm->world_size() and trains its shards of the model
@@ -89,12 +89,6 @@ struct RunResult {
 // whatever the model throws (e.g. the fused backend refusing an op: nothing falls back). A failed golden comparison is
 // not an exception: see RunResult::passed.
 RunResult run_training(TrainConfig const& config, RunOptions const& options = {});
-
-// The tolerance a run of dtype `run` is held to against a golden recorded in `golden_dtype` (FORMAT.md spelling),
-// each number derived in run.cpp. Throws std::invalid_argument for a pair without a derived tolerance (bf16: a bf16
-// run's drift depends on the model and data, so it is judged against its baseline, TrainConfig::golden_baseline, or
-// with RunOptions::tolerance, fusepack-train's --loss-rtol and friends).
-golden::TolerancePolicy golden_tolerance(DType run, std::string const& golden_dtype);
 
 // What differs between a golden's provenance and a run's beyond the batch layout and backend (model config, dataset,
 // seed, the rest of the batching and the optimizer): one sentence each; empty when the run repeats the golden's
