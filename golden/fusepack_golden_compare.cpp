@@ -7,9 +7,11 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <exception>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -56,7 +58,7 @@ int main(int argc, char** argv) {
                                    "with --baseline, required: one rounding step of the run's dtype (bf16: 0.00390625)");
   floor_opt->needs(baseline_opt);
   baseline_opt->needs(floor_opt);
-  double baseline_limit_rel = -1;
+  double baseline_limit_rel = 0;
   app.add_option("--baseline-limit-rel", baseline_limit_rel,
                  "with --baseline: how far the baseline itself may be from the golden, relative, at any step "
                  "(default: --floor-rel; fusepack-train uses 1 rounding step for bf16, 8 for fp32)")
@@ -79,6 +81,14 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "fusepack-golden-compare: %s\nRun with --help for more information.\n", e.what());
     return 2;
   }
+  if (app.count("--baseline-limit-rel") == 0) baseline_limit_rel = floor_rel;
+  for (auto [flag, value] : {std::pair<char const*, double>{"--floor-rel", floor_rel},
+                             std::pair<char const*, double>{"--baseline-limit-rel", baseline_limit_rel}}) {
+    if (!(std::isfinite(value) && value >= 0)) {
+      std::fprintf(stderr, "fusepack-golden-compare: %s must be a finite number >= 0; got %g\n", flag, value);
+      return 2;
+    }
+  }
   try {
     GoldenFile const golden = read_golden(golden_path);
     GoldenFile const run = read_golden(run_path);
@@ -97,7 +107,7 @@ int main(int argc, char** argv) {
     Comparison const c = baseline_path.empty()
                              ? compare(golden, run.steps, policy)
                              : compare_with_baseline(golden, read_golden(baseline_path).steps, run.steps, floor_rel,
-                                                     baseline_limit_rel < 0 ? floor_rel : baseline_limit_rel);
+                                                     baseline_limit_rel);
     std::printf("%s", c.table().c_str());
     return c.passed() ? 0 : 1;
   } catch (std::exception const& e) {

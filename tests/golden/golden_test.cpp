@@ -559,6 +559,13 @@ TEST(FusepackGoldenCompare, ExitsZeroOnPassOneOnFailTwoOnError) {
       run_compare(dir + "golden.json " + dir + "run.json --baseline " + dir + "far_run.json" + floor);
   EXPECT_EQ(weak_baseline.exit_code, 1);
   EXPECT_NE(weak_baseline.out.find("the baseline itself is"), std::string::npos) << weak_baseline.out;
+  for (char const* bad : {" --floor-rel -1", floor.c_str(), " --floor-rel nan"}) {
+    std::string const extra = std::string(bad) == floor ? floor + " --baseline-limit-rel -1" : std::string(bad);
+    BinaryResult const r =
+        run_compare(dir + "golden.json " + dir + "run.json --baseline " + dir + "baseline.json" + extra);
+    EXPECT_EQ(r.exit_code, 2) << extra << ": " << r.out;
+    EXPECT_NE(r.out.find("must be a finite number >= 0"), std::string::npos) << r.out;
+  }
   BinaryResult const no_floor = run_compare(dir + "golden.json " + dir + "run.json --baseline " + dir + "baseline.json");
   EXPECT_EQ(no_floor.exit_code, 2) << "--baseline needs --floor-rel";
   BinaryResult const mixed = run_compare(dir + "golden.json " + dir + "run.json --baseline " + dir +
