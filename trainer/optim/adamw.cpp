@@ -47,6 +47,15 @@ AdamW::AdamW(std::vector<NamedParameter> params, AdamWOptions options)
     index_.emplace(params_[i].name, i);
   }
   state_.resize(params_.size());
+  std::map<std::tuple<int, int, at::ScalarType, bool>, std::size_t> group_of;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    at::Tensor const& p = params_[i].param;
+    auto const key = std::make_tuple(static_cast<int>(p.device().type()), static_cast<int>(p.device().index()),
+                                     p.scalar_type(), static_cast<bool>(decay_[i]));
+    auto const [it, added] = group_of.emplace(key, groups_.size());
+    if (added) groups_.emplace_back();
+    groups_[it->second].push_back(i);
+  }
 }
 
 void AdamW::step(double lr) {
@@ -68,20 +77,23 @@ void AdamW::step(double lr) {
   c10::NoGradGuard no_grad;
   double const beta1 = options_.beta1, beta2 = options_.beta2;
   // torch's foreach path: the same element-wise operations in the same order as its single-tensor path, each over a
-  // list of tensors (a few kernel launches per group instead of ~8 per parameter). A group shares device, dtype and
-  // step count (the lists' scalars), and decay.
-  std::map<std::tuple<std::string, at::ScalarType, std::int64_t, bool>, std::vector<std::size_t>> groups;
+  // list of tensors (a few kernel launches per group instead of ~8 per parameter). A list shares device, dtype and
+  // decay (groups_) and step count (the lists' scalars).
   for (std::size_t i = 0; i < params_.size(); ++i) {
-    at::Tensor const& param = params_[i].param;
     AdamWState& s = state_[i];
     if (s.step == 0) {
-      s.exp_avg = at::zeros_like(param, at::MemoryFormat::Preserve);
-      s.exp_avg_sq = at::zeros_like(param, at::MemoryFormat::Preserve);
+      s.exp_avg = at::zeros_like(params_[i].param, at::MemoryFormat::Preserve);
+      s.exp_avg_sq = at::zeros_like(params_[i].param, at::MemoryFormat::Preserve);
     }
     s.step += 1;
-    groups[{param.device().str(), param.scalar_type(), s.step, decay_[i]}].push_back(i);
   }
-  for (auto const& [key, members] : groups) {
+  std::vector<std::pair<std::vector<std::size_t>, bool>> lists;  // members, decayed
+  for (std::vector<std::size_t> const& group : groups_) {
+    std::map<std::int64_t, std::vector<std::size_t>> by_step;
+    for (std::size_t i : group) by_step[state_[i].step].push_back(i);
+    for (auto& [step, members] : by_step) lists.emplace_back(std::move(members), decay_[group.front()]);
+  }
+  for (auto const& [members, decayed] : lists) {
     std::vector<at::Tensor> params, grads, exp_avgs, exp_avg_sqs;
     for (std::size_t i : members) {
       params.push_back(params_[i].param);
@@ -89,11 +101,11 @@ void AdamW::step(double lr) {
       exp_avgs.push_back(state_[i].exp_avg);
       exp_avg_sqs.push_back(state_[i].exp_avg_sq);
     }
-    if (std::get<3>(key) && options_.weight_decay != 0) at::_foreach_mul_(params, 1 - lr * options_.weight_decay);
+    if (decayed && options_.weight_decay != 0) at::_foreach_mul_(params, 1 - lr * options_.weight_decay);
     at::_foreach_lerp_(exp_avgs, grads, 1 - beta1);
     at::_foreach_mul_(exp_avg_sqs, beta2);
     at::_foreach_addcmul_(exp_avg_sqs, grads, grads, 1 - beta2);
-    double const t = static_cast<double>(std::get<2>(key));
+    double const t = static_cast<double>(state_[members.front()].step);
     double const bias_correction1 = 1 - std::pow(beta1, t);
     double const bias_correction2 = 1 - std::pow(beta2, t);
     double const step_size = lr / bias_correction1;

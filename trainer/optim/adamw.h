@@ -73,6 +73,9 @@ class AdamW {
 
   std::vector<NamedParameter> params_;
   std::vector<bool> decay_;              // [params]
+  // The parameters of one device, dtype and decay choice, in registration order: one list operation each per step
+  // (split further only when their step counts differ, as after loading a partial state).
+  std::vector<std::vector<std::size_t>> groups_;
   std::vector<AdamWState> state_;        // [params]; step == 0 means no state yet
   std::unordered_map<std::string, std::size_t> index_;
   AdamWOptions options_;

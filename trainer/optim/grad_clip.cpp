@@ -6,6 +6,7 @@
 #include <cmath>
 #include <map>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 #include <sstream>
@@ -50,8 +51,11 @@ double grad_norm(std::vector<NamedParameter> const& params, AllReduceSum const& 
   // torch's foreach norm (one list operation per device and dtype, not one reduction per tensor), each norm then in
   // fp64 on the first parameter's device.
   std::vector<at::Tensor> norms(grads.size());
-  std::map<std::pair<std::string, at::ScalarType>, std::vector<std::size_t>> groups;
-  for (std::size_t i = 0; i < grads.size(); ++i) groups[{grads[i].device().str(), grads[i].scalar_type()}].push_back(i);
+  std::map<std::tuple<int, int, at::ScalarType>, std::vector<std::size_t>> groups;
+  for (std::size_t i = 0; i < grads.size(); ++i) {
+    at::Device const d = grads[i].device();
+    groups[{static_cast<int>(d.type()), static_cast<int>(d.index()), grads[i].scalar_type()}].push_back(i);
+  }
   for (auto const& [key, members] : groups) {
     std::vector<at::Tensor> list;
     for (std::size_t i : members) list.push_back(grads[i]);
