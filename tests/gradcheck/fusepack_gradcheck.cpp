@@ -8,6 +8,9 @@
 // bf16/fp16 run they are judged at that dtype's rounding step, like o (tests/kernels/gated_delta_test.cpp says why).
 // Prints one line per output and gradient (max abs, max rel, baseline error, share of the budget used) and exits 0
 // only when all pass; 1 when a check fails; 2 for bad arguments.
+// --fused-only runs the fused forward and backward and nothing else (no composite, no reference, no check): the
+// run for compute-sanitizer's initcheck, which instruments every kernel and would otherwise also judge the ATen and
+// cuBLAS kernels of the composite baseline.
 #include "kernels/ops/attention.h"
 #include "kernels/ops/conv1d.h"
 #include "kernels/ops/gated_delta.h"
@@ -55,7 +58,7 @@ struct Options {
   std::vector<int> seqlens{1, 17, 300};
   std::vector<int> heads{4};  // gated_delta: Hk,Hv (one value: Hk = Hv)
   int kv_heads = 2, dim = 128, width = 4, rotary_dim = -1;
-  bool silu = true, gate = true, l2norm = true, state = true;
+  bool silu = true, gate = true, l2norm = true, state = true, fused_only = false;
   double eps = 1e-6, theta = 1e7;
   std::uint64_t seed = 20261129;
 };
@@ -317,6 +320,30 @@ Result run_backend(OpSpec const& s, std::vector<at::Tensor> const& inputs, std::
   return r;
 }
 
+// The inputs drawn as for a check (not rounded: nothing is compared), the fused op forward and backward.
+int run_fused_only(Options const& o, OpSpec const& s, Dtype dtype, at::Device device, std::mt19937_64& rng) {
+  if (ops::parse_backend(o.backend) != ops::Backend::kFused) {
+    throw std::invalid_argument("--fused-only runs the fused backend; got --backend " + o.backend);
+  }
+  Dtype const fp32_dtype = dtype == Dtype::kF64 ? Dtype::kF64 : Dtype::kF32;
+  auto type_of = [&](std::string const& name) { return scalar_type(s.fp32_tensors.count(name) ? fp32_dtype : dtype); };
+  std::vector<at::Tensor> inputs, dys;
+  for (size_t i = 0; i < s.inputs.size(); ++i) inputs.push_back(to_torch(s.inputs[i], type_of(s.names[i]), device));
+  std::vector<at::Tensor> leaves;
+  for (auto const& t : inputs) leaves.push_back(t.detach().clone().requires_grad_());
+  std::vector<at::Tensor> const outs = s.run(leaves, ops::Backend::kFused);
+  for (size_t i = 0; i < outs.size(); ++i) {
+    dys.push_back(to_torch(randn(ref::Shape(outs[i].sizes().begin(), outs[i].sizes().end()), rng),
+                           type_of(s.out_names[i]), device));
+  }
+  std::vector<at::Tensor> const grads = torch::autograd::grad(outs, leaves, dys);
+  for (at::Tensor const& g : grads) (void)g.to(at::kCPU);  // waits for the device: a kernel fault surfaces here
+  std::printf("fusepack-gradcheck %s: fused only on %s, %s: %zu outputs and %zu gradients computed, none checked "
+              "(run without --fused-only to check them)\n",
+              o.op.c_str(), device.str().c_str(), dtype_name(dtype), outs.size(), grads.size());
+  return 0;
+}
+
 int gradcheck(Options const& o) {
   Dtype const dtype = o.dtype == "bf16" ? Dtype::kBF16 : o.dtype == "fp16" ? Dtype::kF16
                       : o.dtype == "fp32" ? Dtype::kF32 : o.dtype == "fp64" ? Dtype::kF64
@@ -360,6 +387,7 @@ int gradcheck(Options const& o) {
 
   std::mt19937_64 rng(o.seed);
   OpSpec s = make_spec(o, rng, device);
+  if (o.fused_only) return run_fused_only(o, s, dtype, device, rng);
   // Every tensor rounded to what the op receives, so the reference sees exactly the kernel's inputs.
   Dtype const fp32_dtype = dtype == Dtype::kF64 ? Dtype::kF64 : Dtype::kF32;
   auto dtype_of = [&](std::string const& name) { return s.fp32_tensors.count(name) ? fp32_dtype : dtype; };
@@ -447,6 +475,8 @@ int main(int argc, char** argv) {
   app.add_option("--dim", o.dim, "channels, head dim or hidden size (gated_delta: K = V)")->capture_default_str();
   app.add_option("--width", o.width, "conv1d width")->capture_default_str();
   app.add_option("--rotary-dim", o.rotary_dim, "rope: rotated channels (default: all)");
+  app.add_flag("--fused-only", o.fused_only,
+               "run the fused forward and backward only, check nothing (for compute-sanitizer's initcheck)");
   app.add_flag("!--no-silu", o.silu, "conv1d without the fused SiLU");
   app.add_flag("!--no-gate", o.gate, "attention without the output gate");
   app.add_flag("!--no-l2norm", o.l2norm, "gated_delta without the q/k l2 norm");

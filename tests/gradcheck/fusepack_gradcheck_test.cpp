@@ -63,6 +63,11 @@ TEST(FusepackGradcheck, NegativeSizesNameTheOption) {
   expect_usage_error("attention --kv-heads -1" + kCpu, "--kv-heads must be >= 1; got -1");
 }
 
+TEST(FusepackGradcheck, FusedOnlyRefusesTheCompositeBackend) {
+  // --fused-only checks nothing: it must not turn a composite check into a silent exit 0.
+  expect_usage_error("rmsnorm --fused-only" + kCpu, "--fused-only runs the fused backend; got --backend composite");
+}
+
 TEST(FusepackGradcheck, RefusesANegativeSeedInsteadOfWrappingIt) {
   expect_usage_error("rmsnorm --seed -1" + kCpu, "must be a non-negative integer (0 to 2^64-1); got -1");
 }

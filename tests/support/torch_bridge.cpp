@@ -61,7 +61,7 @@ bool cuda_device_available(std::string* why) {
 }
 
 ErrorReport check_fused(std::string const& name, at::Tensor const& fused, at::Tensor const& composite,
-                        ref::Tensor const& ref, IndexLayout const& layout) {
+                        ref::Tensor const& ref, IndexLayout const& layout, std::optional<Dtype> run_dtype) {
   ref::Tensor const got = to_ref(fused), base = to_ref(composite);
   if (got.shape() != ref.shape() || base.shape() != ref.shape()) {
     throw std::invalid_argument("check_fused " + name + ": shapes " + ref::shape_str(got.shape()) + " (fused), " +
@@ -70,9 +70,11 @@ ErrorReport check_fused(std::string const& name, at::Tensor const& fused, at::Te
   }
   Dtype const dtype = test_dtype(fused.scalar_type());
   double const floor = rounding_step(dtype, ref.flat().cwiseAbs().maxCoeff());
-  ErrorReport r = compare_with_baseline(name + " " + dtype_name(dtype), got.data(), base.data(), ref.data(),
-                                        ref.numel(), floor, layout.shape.empty() ? plain_layout(ref) : layout);
-  if (dtype == Dtype::kF32 && r.rel_rms > kFp32RelRms) {
+  Dtype const run = run_dtype.value_or(dtype);
+  std::string const label = name + " " + dtype_name(dtype) + (run != dtype ? std::string(" of a ") + dtype_name(run) + " run" : std::string());
+  ErrorReport r = compare_with_baseline(label, got.data(), base.data(), ref.data(), ref.numel(), floor,
+                                        layout.shape.empty() ? plain_layout(ref) : layout);
+  if (run == Dtype::kF32 && r.rel_rms > kFp32RelRms) {
     r.failed_bound = "rel_rms " + std::to_string(r.rel_rms) + " > " + std::to_string(kFp32RelRms) + " (fp32 bound)";
   }
   return r;

@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <optional>
 #include <string>
 
 namespace fusepack::test {
@@ -32,9 +33,12 @@ bool cuda_device_available(std::string* why);
 inline constexpr double kFp32RelRms = 1e-5;
 
 // docs/contracts.md, numerics: max|fused − ref64| <= 2·max|composite − ref64| + one rounding step of the output dtype
-// at max|ref64|, and for fp32 also rel-RMS <= kFp32RelRms. `composite` is the unfused ATen baseline in the same dtype.
+// at max|ref64|, and for fp32 runs also rel-RMS <= kFp32RelRms. `composite` is the unfused ATen baseline in the same
+// dtype. `run_dtype` is the dtype of the run's inputs when it differs from the output's (an fp32 loss of a bf16 run):
+// such an output carries the inputs' rounding, so the fp32 rel-RMS bound does not apply to it.
 ErrorReport check_fused(std::string const& name, at::Tensor const& fused, at::Tensor const& composite,
-                        ref::Tensor const& ref, IndexLayout const& layout = {});
+                        ref::Tensor const& ref, IndexLayout const& layout = {},
+                        std::optional<Dtype> run_dtype = std::nullopt);
 
 // `statement` must throw c10::Error whose message contains `substring`; the message is printed.
 template <typename F>
