@@ -10,6 +10,7 @@
 #pragma once
 
 #include "kernels/common/dtype.h"
+#include "kernels/gated_delta/gated_delta_head_dims.h"
 
 #include <cuda_runtime.h>
 
@@ -30,6 +31,17 @@ struct GatedDeltaChunkTable {
   int N = 0, NC = 0;
 };
 GatedDeltaChunkTable gated_delta_chunk_table(std::vector<std::int32_t> const& cu_seqlens);
+
+// GatedDeltaChunkTable::data read by field name (FlashAttention's SeqlenInfo idea): the one reader of its layout.
+struct GatedDeltaChunks {
+  std::int32_t const* data = nullptr;  // GatedDeltaChunkTable::data
+  int NC = 0;
+  __host__ __device__ std::int32_t start(int c) const { return data[c]; }             // chunk c's first token
+  __host__ __device__ std::int32_t len(int c) const { return data[NC + c]; }          // its tokens, 1..kGatedDeltaChunk
+  __host__ __device__ std::int32_t example(int c) const { return data[2 * NC + c]; }  // the example holding it
+  // Example n's first chunk (its chunks are first_chunk(n) .. first_chunk(n + 1) - 1; first_chunk(N) = NC).
+  __host__ __device__ std::int32_t first_chunk(int n) const { return data[3 * NC + n]; }
+};
 
 // bf16 parts the saved (I + A)^-1 is split into: 2 for bf16 and fp16 runs, 3 for fp32 runs (fp32 accuracy). The
 // saved P has as many parts.
@@ -83,12 +95,18 @@ struct GatedDeltaFwdParams {
                                // e^{G_i − G_j} for j <= i (0 above the diagonal) as gated_delta_ainv_parts bf16 parts
   float* brec = nullptr;       // [T, Hv, kBwdRecord]: GatedDeltaBwdRecord of every token
   std::int64_t T = 0;
-  int Hk = 0, Hv = 0, K = 128, V = 128;  // Hv % Hk == 0; value head j reads key head j / (Hv / Hk)
+  int Hk = 0, Hv = 0, K = 128, V = 128;  // Hv % Hk == 0; value head j reads key head j / (Hv / Hk); K = V, one of
+                                         // GatedDeltaHeadDims (gated_delta_head_dims.h)
   int N = 0, NC = 0;                     // examples, chunks
   float scale = 0;                       // applied to q after the l2 norm (K^-1/2 in the model)
   bool use_qk_l2norm = true;
   DType dtype = DType::kBF16;  // of q, k, v, beta, o (and do, dq, dk, dv, dbeta)
 };
+
+// The chunk table of p (p.chunks, p.NC).
+__host__ __device__ inline GatedDeltaChunks gated_delta_chunks(GatedDeltaFwdParams const& p) {
+  return {p.chunks, p.NC};
+}
 
 struct GatedDeltaBwdParams : GatedDeltaFwdParams {
   void const* dout = nullptr;             // [T, Hv, V] dtype

@@ -1,12 +1,16 @@
-// Backward of the chunked gated delta rule: three launches (gated_delta_bwd_kernels.cuh; two for 16-bit runs, whose
-// forward saved what the first computes) over the inputs and the tensors the forward saved. Contract: fp32 state
-// gradient and accumulations, split-bf16 tensor-core products (fp64 FMAs in the per-chunk kernels of fp32 runs, see
-// the kernels' header), one rounding of dq, dk, dv, dbeta to the input dtype; bitwise deterministic (no atomics: every
-// sum, the GQA sum over value heads included, runs in a fixed order).
+// Backward of the chunked gated delta rule: the workspace and the launcher of three stages (gated_delta_bwd_intra.cuh,
+// _state.cuh, _chunk.cuh; two for 16-bit runs, whose forward saved what the first computes) over the inputs and the
+// tensors the forward saved. Contract: fp32 state gradient and accumulations, split-bf16 tensor-core products (fp64
+// FMAs in the per-chunk kernels of fp32 runs, see gated_delta_bwd_common.cuh), one rounding of dq, dk, dv, dbeta to
+// the input dtype; bitwise deterministic (no atomics: every sum, the GQA sum over value heads included, runs in a
+// fixed order).
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/static_switch.h"
 #include "kernels/gated_delta/gated_delta.h"
-#include "kernels/gated_delta/gated_delta_bwd_kernels.cuh"
+#include "kernels/gated_delta/gated_delta_bwd_chunk.cuh"
+#include "kernels/gated_delta/gated_delta_bwd_intra.cuh"
+#include "kernels/gated_delta/gated_delta_bwd_state.cuh"
+#include "kernels/gated_delta/gated_delta_head_dims.h"
 
 #include <climits>
 #include <cstdint>
@@ -14,31 +18,47 @@
 #include <string>
 #include <type_traits>
 
-// K = V ∈ {64, 128}: one place for the head sizes the backward is compiled for.
-#define FUSEPACK_GATED_DELTA_BWD_DIM_SWITCH(dim, NAME, ...)                                                     \
-  [&] {                                                                                                         \
-    if ((dim) == 64) {                                                                                          \
-      constexpr static int NAME = 64;                                                                           \
-      return __VA_ARGS__();                                                                                     \
-    } else if ((dim) == 128) {                                                                                  \
-      constexpr static int NAME = 128;                                                                          \
-      return __VA_ARGS__();                                                                                     \
-    }                                                                                                           \
-    throw std::invalid_argument("gated_delta backward: head size " + std::to_string(dim) + " is not compiled"); \
-  }()
-
 namespace fusepack {
 
 namespace {
 
 using namespace gated_delta_bwd_detail;
 
+// The workspace, what the stages hand each other: byte offsets of its regions (each 256-byte aligned) and its size.
+// P_planes, A and rec for fp32 runs only: the forward of 16-bit runs saved P and rec (gated_delta_saves_intra), and
+// their per-chunk kernel forms Â itself.
+struct BwdWorkspace {
+  std::size_t P_planes = 0;  // bf16 [NC, Hv, parts, 64, 64]: P of every chunk, split
+  std::size_t A = 0;         // [NC, Hv, 64, 64] Â of every chunk
+  std::size_t rec = 0;       // [T, Hv, kBwdRecord] the recurrence's row scales
+  std::size_t dh = 0;        // [NC, Hv, V, K] dh_nextᵀ: the gradient of the state leaving every chunk, transposed
+  std::size_t y = 0;         // [T, Hv, V] y = Ainvᵀ dv_new, fp32 or bf16 (gated_delta_handover_bytes)
+  std::size_t bytes = 0;
+};
+BwdWorkspace bwd_workspace(GatedDeltaBwdParams const& p) {
+  auto const at = [](std::size_t& offset, std::size_t floats) {
+    std::size_t const begin = offset;
+    offset += (floats * sizeof(float) + 255) / 256 * 256;
+    return begin;
+  };
+  auto const size = [](std::int64_t x) { return x > 0 ? std::size_t(x) : std::size_t(0); };
+  std::size_t const NC = size(p.NC), T = size(p.T), Hv = size(p.Hv), K = size(p.K), V = size(p.V);
+  BwdWorkspace w;
+  std::size_t o = 0;
+  if (!gated_delta_saves_intra(p.dtype)) {
+    w.P_planes = at(o, NC * Hv * gated_delta_ainv_parts(p.dtype) * kChunk * kChunk / 2);  // bf16 pairs
+    w.A = at(o, NC * Hv * kChunk * kChunk);
+    w.rec = at(o, T * Hv * kBwdRecord);
+  }
+  w.dh = at(o, NC * Hv * K * V);
+  w.y = at(o, T * Hv * V * gated_delta_handover_bytes(p.dtype) / 4);
+  w.bytes = o;
+  return w;
+}
+
 void check_bwd_params(GatedDeltaBwdParams const& p) {
   auto fail = [](std::string const& what) { throw std::invalid_argument("gated_delta backward: " + what); };
-  if (p.K != p.V || (p.K != 64 && p.K != 128)) {
-    fail("the fused backward needs K = V = 64 or 128; got K=" + std::to_string(p.K) +
-         " (q/k dimension 2), V=" + std::to_string(p.V) + " (v dimension 2)");
-  }
+  if (!gated_delta_head_dims_supported(p.K, p.V)) fail(gated_delta_head_dims_refusal(p.K, p.V));
   if (p.Hk < 1 || p.Hv < p.Hk || p.Hv % p.Hk != 0) {
     fail("the value heads Hv=" + std::to_string(p.Hv) +
          " must be a positive multiple of the key heads Hk=" + std::to_string(p.Hk));
@@ -84,9 +104,16 @@ void allow_smem(Kernel kernel, std::size_t bytes) {  // per call: the attribute 
 
 // An H100/H200 block may have 227 KB of shared memory; the recurrence and the per-chunk kernel run one block per SM.
 constexpr std::size_t kMaxBlockSmem = 227 * 1024;
-static_assert(StateSmem<float, 128, 8>::kBytes <= kMaxBlockSmem &&
-              StateSmem<__nv_bfloat16, 128, 8>::kBytes <= kMaxBlockSmem);
-static_assert(chunk_smem_bytes<128, 128>() <= kMaxBlockSmem && ChunkMmaSmem<__half, 128, 128>::kBytes <= kMaxBlockSmem);
+// The largest blocks (the 8-warp recurrence, the per-chunk kernels of fp32 and fp16 runs) fit at every head size.
+template <int... kDims>
+constexpr bool smem_fits(IntList<kDims...>) {
+  return ((StateSmem<float, kDims, 8>::kBytes <= kMaxBlockSmem &&
+           StateSmem<__nv_bfloat16, kDims, 8>::kBytes <= kMaxBlockSmem &&
+           chunk_smem_bytes<kDims, kDims>() <= kMaxBlockSmem &&
+           ChunkMmaSmem<__half, kDims, kDims>::kBytes <= kMaxBlockSmem) &&
+          ...);
+}
+static_assert(smem_fits(GatedDeltaHeadDims{}), "the backward's blocks need more shared memory than Hopper allows");
 // gated_delta_handover_bytes (the host's sizes of v_new and y) agrees with the kernels' Handover.
 static_assert(sizeof(Handover<__nv_bfloat16>) == 2 && sizeof(Handover<__half>) == 4 && sizeof(Handover<float>) == 4);
 
@@ -167,7 +194,7 @@ void run_gated_delta_bwd(GatedDeltaBwdParams const& p, cudaStream_t stream) {
   check_bwd_params(p);
   if (p.N == 0) return;
   FUSEPACK_DTYPE_SWITCH(p.dtype, T, [&] {
-    FUSEPACK_GATED_DELTA_BWD_DIM_SWITCH(p.K, kDim, [&] { launch<T, kDim, kDim>(p, stream); });
+    FUSEPACK_GATED_DELTA_HEAD_DIM_SWITCH(p.K, kDim, [&] { launch<T, kDim, kDim>(p, stream); });
   });
 }
 

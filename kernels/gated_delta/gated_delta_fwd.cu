@@ -7,29 +7,12 @@
 #include "kernels/common/static_switch.h"
 #include "kernels/gated_delta/gated_delta.h"
 #include "kernels/gated_delta/gated_delta_fwd_kernels.cuh"
+#include "kernels/gated_delta/gated_delta_head_dims.h"
 
 #include <algorithm>
 #include <climits>
 #include <stdexcept>
 #include <string>
-
-// Head dimension K (a run-time int) → compile-time constant NAME; the fused forward covers K = 64 and 128.
-#define FUSEPACK_GATED_DELTA_K_SWITCH(k_dim, NAME, ...)                                                   \
-  [&] {                                                                                                   \
-    switch (k_dim) {                                                                                      \
-      case 64: {                                                                                          \
-        constexpr static int NAME = 64;                                                                   \
-        return __VA_ARGS__();                                                                             \
-      }                                                                                                   \
-      case 128: {                                                                                         \
-        constexpr static int NAME = 128;                                                                  \
-        return __VA_ARGS__();                                                                             \
-      }                                                                                                   \
-    }                                                                                                     \
-    throw std::invalid_argument("gated_delta forward: the fused kernels support K (q/k dimension 2) in " \
-                                "{64, 128}; got K=" +                                                     \
-                                std::to_string(k_dim));                                                   \
-  }()
 
 namespace fusepack {
 
@@ -81,12 +64,7 @@ constexpr std::size_t align256(std::size_t x) { return (x + 255) / 256 * 256; }
 [[noreturn]] void fail(std::string const& what) { throw std::invalid_argument("gated_delta forward: " + what); }
 
 void check_shapes(GatedDeltaFwdParams const& p) {
-  if (p.V != 64 && p.V != 128 && p.V != 256) {
-    fail("the fused kernels support V (v dimension 2) in {64, 128, 256}; got V=" + std::to_string(p.V));
-  }
-  if (p.K != 64 && p.K != 128) {
-    fail("the fused kernels support K (q/k dimension 2) in {64, 128}; got K=" + std::to_string(p.K));
-  }
+  if (!gated_delta_head_dims_supported(p.K, p.V)) fail(gated_delta_head_dims_refusal(p.K, p.V));
   if (p.Hk < 1 || p.Hv < p.Hk || p.Hv % p.Hk != 0) {
     fail("the value heads Hv=" + std::to_string(p.Hv) + " must be a positive multiple of the key heads Hk=" +
          std::to_string(p.Hk));
@@ -285,7 +263,7 @@ void run_gated_delta_fwd(GatedDeltaFwdParams const& p, void* workspace, cudaStre
   auto* ainv = p.save ? reinterpret_cast<__nv_bfloat16*>(p.Ainv)
                       : reinterpret_cast<__nv_bfloat16*>(static_cast<unsigned char*>(workspace) + record_bytes(p));
   FUSEPACK_DTYPE_SWITCH(p.dtype, T, [&] {
-    FUSEPACK_GATED_DELTA_K_SWITCH(p.K, kK, [&] {
+    FUSEPACK_GATED_DELTA_HEAD_DIM_SWITCH(p.K, kK, [&] {
       if (p.NC > 0) launch_wy_inverse<T, kK>(p, rec, ainv, stream);
       launch_recurrence<T, kK>(p, rec, ainv, stream);
     });

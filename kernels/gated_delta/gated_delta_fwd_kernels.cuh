@@ -147,7 +147,8 @@ __device__ __forceinline__ void wy_store(float* square, int hw, int lane, float 
   }
 }
 
-// Block row kI of X: the substitution, a block barrier, the store, a block barrier (every thread of the block calls it).
+// Block row kI of X: the substitution, a block barrier, the store, a block barrier (every thread of the block calls
+// it).
 template <int kI>
 __device__ __forceinline__ void wy_block_row(float* square, bool active, int hw, int lane) {
   float x[16];
@@ -186,8 +187,9 @@ __global__ void __launch_bounds__(kWyThreads) gated_delta_fwd_wy_inverse(GatedDe
   bid /= pairs;
   int const hk = static_cast<int>(bid % Hk);
   int const c = static_cast<int>(bid / Hk);
-  std::int64_t const start = p.chunks[c];
-  int const L = p.chunks[p.NC + c];
+  GatedDeltaChunks const table = gated_delta_chunks(p);
+  std::int64_t const start = table.start(c);
+  int const L = table.len(c);
 
   // q and k rows, 16 bytes per thread per step, all in flight before the first use, with g and β of both value
   // heads; a row's sum of squares reduces over the kVecs lanes that hold it.
@@ -476,7 +478,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
   int const d0 = kh * kKW;     // the warp's first state column (key dimension)
   std::int64_t const bos = p.cu_seqlens[n], eos = p.cu_seqlens[n + 1];
   int const chunks = static_cast<int>((eos - bos + kChunk - 1) / kChunk);
-  int const chunk0 = p.chunks[3 * p.NC + n];
+  int const chunk0 = gated_delta_chunks(p).first_chunk(n);
   auto const* k = static_cast<T const*>(p.k);
   auto const* q = static_cast<T const*>(p.q);
   auto const* v = static_cast<T const*>(p.v);

@@ -1,5 +1,6 @@
 #include "kernels/ops/gated_delta.h"
 
+#include "kernels/gated_delta/gated_delta_head_dims.h"
 #include "kernels/ops/check.h"
 #include "kernels/ops/op_scope.h"
 
@@ -11,7 +12,6 @@
 #include <cmath>
 #include <limits>
 #include <optional>
-#include <string>
 #include <vector>
 
 #ifdef FUSEPACK_WITH_CUDA_KERNELS
@@ -28,21 +28,6 @@ namespace {
 
 constexpr double kL2NormEps = 1e-6;  // reference/gated_delta.h, fla's l2norm and HF's torch fallback
 constexpr int64_t kChunk = 64;       // HF's torch fallback and kernels/gated_delta (kGatedDeltaChunk)
-// Head sizes the fused kernels take (K == V): the one place the op says what it runs fused.
-constexpr int64_t kFusedHeadDims[] = {64, 128};
-
-bool fused_head_dim(int64_t d) {
-  for (int64_t s : kFusedHeadDims) {
-    if (d == s) return true;
-  }
-  return false;
-}
-
-std::string fused_head_dims() {  // "{64, 128}"
-  std::string s = "{";
-  for (int64_t d : kFusedHeadDims) s += (s.size() > 1 ? ", " : "") + std::to_string(d);
-  return s + "}";
-}
 
 // x / sqrt(Σx² + eps) over the last dimension.
 at::Tensor l2norm(at::Tensor const& x) { return x * at::rsqrt(x.square().sum(-1, /*keepdim=*/true) + kL2NormEps); }
@@ -371,8 +356,7 @@ GatedDeltaResult gated_delta(at::Tensor const& q, at::Tensor const& k, at::Tenso
     return gated_delta_composite(q, k, v, g, beta, cu, scale, use_qk_l2norm, initial_state, output_final_state);
   }
 
-  TORCH_CHECK(K == V && fused_head_dim(K), op, ": the fused kernel supports K = V in ", fused_head_dims(),
-              "; got K=", K, " (q dimension 2) and V=", V, " (v dimension 2)");
+  TORCH_CHECK(gated_delta_head_dims_supported(K, V), op, ": ", gated_delta_head_dims_refusal(K, V));
   check_fused_input(op, "q", q);
   check_fused_input(op, "k", k);
   check_fused_input(op, "v", v);

@@ -21,9 +21,9 @@ struct GatedDeltaResult {
 // initial_state may also be fp64, and the state is fp64 throughout (so fp64 tests keep fp64 precision end to end).
 // Composite: the chunked algorithm (chunks of 64, UT transform, chunk-to-chunk state loop) in ATen, per example,
 // computed in fp32 (fp64 for fp64 input) like Hugging Face's torch fallback; any device; autograd by ATen.
-// Fused: CUDA kernels/gated_delta, contiguous fp32/bf16/fp16, K = V = 128 (64 and 256 where the kernel says so),
-// cu_seqlens on q's device; gradients for q, k, v, g, beta and initial_state, bitwise deterministic. Anything else
-// is refused with the reason; nothing falls back.
+// Fused: CUDA kernels/gated_delta, contiguous fp32/bf16/fp16, K = V one of GatedDeltaHeadDims
+// (kernels/gated_delta/gated_delta_head_dims.h), cu_seqlens on q's device; gradients for q, k, v, g, beta and
+// initial_state, bitwise deterministic. Anything else is refused with the reason; nothing falls back.
 GatedDeltaResult gated_delta(at::Tensor const& q, at::Tensor const& k, at::Tensor const& v, at::Tensor const& g,
                              at::Tensor const& beta, at::Tensor const& cu_seqlens, double scale, bool use_qk_l2norm,
                              Backend backend, at::Tensor const& initial_state = {}, bool output_final_state = false);

@@ -1,212 +1,22 @@
-// The kernels of the chunked gated delta rule backward, in the order gated_delta_bwd.cu runs them:
-//   gated_delta_bwd_intra  per (chunk, value head): P = q̂k̂ᵀ ⊙ decay (i >= j) and Â = k̂k̂ᵀ ⊙ decay (i > j), P also
-//                          as split-bf16 planes, and the per-token record of row scales (fp32 runs only: the forward
-//                          of 16-bit runs saves P and the records, gated_delta_saves_intra, and their per-chunk
-//                          kernel forms P and Â on its own tiles);
-//   gated_delta_bwd_state  per (example, value head, 16·kBWarps columns of V): the reverse chunk recurrence of dh, y,
-//                          dv, each warp carrying dhᵀ of its 16 value columns in fp32 registers;
-//   gated_delta_bwd_chunk  per (chunk, key head): dβ and dg of the group's value heads in head order, their dq̂ and
-//   (_mma for 16-bit)      dk̂ summed in registers, then the scale and the l2norm backward: dq, dk.
-// Matrix products of bf16 and fp16 runs run on the tensor cores, gated_delta_mma.cuh's split-bf16 products
-// (SplitPolicy: raw bf16 exact, fp16 as two bf16 parts; fp32 intermediates as two parts, ~2^-16 relative per
-// product, except in the per-chunk kernel of bf16 runs: one part, SplitPolicy::kGradParts says why). The recurrence
-// runs them for fp32 runs too (three parts each, fp32 accuracy); the per-chunk kernels of
-// fp32 runs run their products in fp64 FMAs, rounded once to fp32 (warp_mma). The in-chunk cumulative sums of g are
-// recomputed from g in fp64 (chunk_cumsum says why) and the sums that make dg and dβ run in fp64.
+// Backward stage 3 of the chunked gated delta rule, per (chunk, key head): dβ and dg of the group's value heads in
+// head order, their dq̂ and dk̂ summed in registers, then the scale and the l2norm backward: dq, dk.
+// gated_delta_bwd_chunk runs fp32 inputs (fp32 tiles, fp64-FMA products), gated_delta_bwd_chunk_mma 16-bit inputs
+// (split-bf16 tensor-core products); both share the helpers here and the order of every sum. Reads q, k, v, do,
+// q_rstd, k_rstd, g, β, the saved h and v_new, stage 2's dh_next and y (and for fp32 runs stage 1's P and Â);
+// writes dq, dk, dg, dβ.
 #pragma once
 
-#include "kernels/common/vec.cuh"
-#include "kernels/gated_delta/gated_delta.h"
-#include "kernels/gated_delta/gated_delta_mma.cuh"
+#include "kernels/gated_delta/gated_delta_bwd_common.cuh"
 
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <type_traits>
 
 namespace fusepack::gated_delta_bwd_detail {
 
 using namespace gated_delta_mma;
 
-constexpr int kChunk = kGatedDeltaChunk;  // 64 tokens: 4 row tiles of 16
-constexpr int kWarps = 8;                 // of gated_delta_bwd_intra and gated_delta_bwd_chunk
-constexpr int kThreads = 32 * kWarps;
 constexpr int kSlab = 32;  // rows of h and dh_next per step of gated_delta_bwd_chunk
-
-
-
-#if defined(__CUDACC__)
-__device__ __forceinline__ float* shared_floats() {
-  extern __shared__ float4 gated_delta_bwd_smem[];
-  return reinterpret_cast<float*>(gated_delta_bwd_smem);
-}
-#endif
-
-// The products of fp32 runs (the accuracy path, not the speed path; judged against the fp32 composite's cuBLAS GEMMs
-// with a floor of one fp32 rounding step): one warp, acc[i][j] += Σ_{k < kK} a(r, k) · b(k, c) on the 16×8 tiles at
-// rows m0 + 16·i, columns n0 + nstep·j, each tile's sum over k in fp64 FMAs and added to the fp32 accumulator with one
-// rounding. (3xTF32 keeps 22 of fp32's 24 mantissa bits per operand and missed that budget 3-7x on the H200; plain
-// fp32 FMA chains over k left dk at up to 110% of it; this puts the worst fp32 gradient at 46%.) a(r, k), b(k, c)
-// read shared memory in any layout (a transposed operand is just another accessor). acc[i][j][e] is the element at
-// row m0 + 16·i + lane/4 + 8·(e/2), column n0 + nstep·j + 2·(lane%4) + e%2, the layout of an mma accumulator tile.
-template <int kMI, int kNJ, int kK, class AAt, class BAt>
-__device__ __forceinline__ void warp_mma(float (&acc)[kMI][kNJ][4], int m0, int n0, int nstep, AAt const& a,
-                                         BAt const& b) {
-  int const lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-#pragma unroll
-  for (int i = 0; i < kMI; ++i) {
-#pragma unroll
-    for (int j = 0; j < kNJ; ++j) {
-      int const r = m0 + 16 * i + g, c = n0 + nstep * j + 2 * t;
-      double s[4] = {0.0, 0.0, 0.0, 0.0};
-#pragma unroll 4
-      for (int k = 0; k < kK; ++k) {
-        double const a0 = a(r, k), a1 = a(r + 8, k), b0 = b(k, c), b1 = b(k, c + 1);
-        s[0] = fma(a0, b0, s[0]);
-        s[1] = fma(a0, b1, s[1]);
-        s[2] = fma(a1, b0, s[2]);
-        s[3] = fma(a1, b1, s[3]);
-      }
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[i][j][e] = float(double(acc[i][j][e]) + s[e]);
-    }
-  }
-}
-
-template <int kMI, int kNJ>
-__device__ __forceinline__ void zero(float (&acc)[kMI][kNJ][4]) {
-#pragma unroll
-  for (int i = 0; i < kMI; ++i) {
-#pragma unroll
-    for (int j = 0; j < kNJ; ++j) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
-    }
-  }
-}
-
-// Butterfly sums (every lane ends with the same bits, whatever the order the lanes run in).
-template <typename F>
-__device__ __forceinline__ F sum_over_quad(F x) {  // the 4 lanes of one accumulator row
-  x += __shfl_xor_sync(0xffffffffu, x, 1);
-  return x + __shfl_xor_sync(0xffffffffu, x, 2);
-}
-template <typename F>
-__device__ __forceinline__ F sum_over_rows(F x) {  // the 8 lanes of one accumulator column
-  x += __shfl_xor_sync(0xffffffffu, x, 4);
-  x += __shfl_xor_sync(0xffffffffu, x, 8);
-  return x + __shfl_xor_sync(0xffffffffu, x, 16);
-}
-template <typename F>
-__device__ __forceinline__ F sum_over_warp(F x) {
-#pragma unroll
-  for (int m = 16; m >= 1; m >>= 1) x += __shfl_xor_sync(0xffffffffu, x, m);
-  return x;
-}
-
-// The in-chunk cumulative sums of g in fp64, computed by one warp: lane l gets G of rows 2l and 2l + 1 (g read as 0
-// past the chunk's end) and every lane G_last = G[len − 1]. Decays exp(G_i − G_j) take the difference in fp64: the
-// forward's fp32 cumsum is off by ~|G|·6e-8, which near the end of a chunk (|G| ~ 40) cost dg 2e-6 of its largest
-// entry, four times the error of the fp32 token-by-token recurrence (a bound for fp32 runs; 16-bit runs take P and the
-// records the forward saved, computed from that fp32 cumsum: 2e-6 is ~1/2000 of a bf16 step).
-struct ChunkG {
-  double G[2];
-  double last;
-};
-__device__ __forceinline__ ChunkG chunk_cumsum(float const* g, std::int64_t start, int len, int Hv, int j) {
-  int const lane = threadIdx.x & 31, i0 = 2 * lane;
-  double const a = i0 < len ? double(g[(start + i0) * Hv + j]) : 0.0;
-  double const b = i0 + 1 < len ? double(g[(start + i0 + 1) * Hv + j]) : 0.0;
-  double incl = a + b;  // inclusive prefix over lanes of the pair sums (Hillis-Steele: a fixed order)
-#pragma unroll
-  for (int d = 1; d < 32; d <<= 1) {
-    double const up = __shfl_up_sync(0xffffffffu, incl, d);
-    if (lane >= d) incl += up;
-  }
-  double const up = __shfl_up_sync(0xffffffffu, incl, 1);
-  ChunkG r;
-  r.G[0] = (lane == 0 ? 0.0 : up) + a;
-  r.G[1] = r.G[0] + b;
-  double const at_last = __shfl_sync(0xffffffffu, (len - 1) % 2 ? r.G[1] : r.G[0], (len - 1) / 2);
-  r.last = at_last;
-  return r;
-}
-
-// One warp's walk over the rows of a chunk for value head j: rows 2·lane and 2·lane + 1 get G[r] (the fp64 in-chunk
-// cumsum, to shared memory) and then row(r, in = r < len, token t = start + r, G_r, G_last).
-template <class Row>
-__device__ __forceinline__ void for_chunk_rows(GatedDeltaBwdParams const& p, int start, int len, int j, double* G,
-                                               Row const& row) {
-  ChunkG const cg = chunk_cumsum(p.g, start, len, p.Hv, j);
-#pragma unroll
-  for (int h2 = 0; h2 < 2; ++h2) {
-    int const r = 2 * (threadIdx.x & 31) + h2;
-    G[r] = cg.G[h2];
-    row(r, r < len, std::int64_t(start) + r, cg.G[h2], cg.last);
-  }
-}
-
-// Four consecutive elements widened to fp32, in one 16-byte (fp32) or 8-byte (bf16, fp16) access.
-__device__ __forceinline__ void load4(float const* s, float (&x)[4]) {
-  float4 const v = *reinterpret_cast<float4 const*>(s);
-  x[0] = v.x;
-  x[1] = v.y;
-  x[2] = v.z;
-  x[3] = v.w;
-}
-template <typename T>
-__device__ __forceinline__ void load4(T const* s, float (&x)[4]) {
-  uint2 const v = *reinterpret_cast<uint2 const*>(s);
-  T h[4];
-  memcpy(h, &v, sizeof(v));
-#pragma unroll
-  for (int e = 0; e < 4; ++e) x[e] = to_float(h[e]);
-}
-
-// dst[r·pitch + c] = scale(r) · src[r·stride + c] for r < rows_valid and c < cols_valid, 0 elsewhere in the
-// rows × cols tile (cols a multiple of 4). The whole block takes part; 4 elements per access when src and stride
-// are aligned to them (one uniform branch), else scalar loads.
-template <typename T, class Scale>
-__device__ __forceinline__ void load_tile(float* dst, int pitch, T const* src, std::int64_t stride, int rows, int cols,
-                                          int rows_valid, int cols_valid, Scale const& scale) {
-  bool const vec = rows_valid > 0 && reinterpret_cast<std::uintptr_t>(src) % (4 * sizeof(T)) == 0 && stride % 4 == 0;
-  int const groups = cols / 4;
-  for (int idx = threadIdx.x; idx < rows * groups; idx += kThreads) {
-    int const r = idx / groups, c = (idx - r * groups) * 4;
-    float x[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    if (r < rows_valid) {
-      T const* s = src + r * stride + c;
-      if (vec) {
-        load4(s, x);
-      } else {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) x[e] = to_float(s[e]);
-      }
-      float const f = scale(r);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) x[e] = c + e < cols_valid ? f * x[e] : 0.0f;
-    }
-    *reinterpret_cast<float4*>(dst + r * pitch + c) = make_float4(x[0], x[1], x[2], x[3]);
-  }
-}
-
-// dst[r·stride + c] = src[r·pitch + c] over a rows × cols fp32 tile (cols a multiple of 4), the whole block.
-__device__ __forceinline__ void store_tile(float* dst, std::int64_t stride, float const* src, int pitch, int rows,
-                                           int cols) {
-  bool const vec = reinterpret_cast<std::uintptr_t>(dst) % 16 == 0 && stride % 4 == 0;
-  int const groups = cols / 4;
-  for (int idx = threadIdx.x; idx < rows * groups; idx += kThreads) {
-    int const r = idx / groups, c = (idx - r * groups) * 4;
-    float const* s = src + r * pitch + c;
-    float* d = dst + r * stride + c;
-    if (vec) {
-      *reinterpret_cast<float4*>(d) = *reinterpret_cast<float4 const*>(s);
-    } else {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) d[e] = s[e];
-    }
-  }
-}
 
 // kSlab columns of a saved hᵀ or dh_nextᵀ [V][K] (state_tile order) held in registers between their global load and
 // their shared-memory store, so that the load is in flight while the block computes on the previous slab: kPer
@@ -248,19 +58,9 @@ struct StateSlab {
   }
 };
 
-struct Unit {
-  __device__ float operator()(int) const { return 1.0f; }
-};
-
-// Shared-memory layouts (fp32 elements). Pitches: K + 8 and 64 + 8 where the hot reads walk a column (transposed
-// operands: 8 mod 32 spreads lanes (t, g) over 32 banks), V + 4 and 64 + 4 where they walk a row (4 mod 32).
-template <int K>
-struct IntraSmem {
-  static constexpr int kLd = K + 4;
-  static constexpr int G = 0;  // fp64 [64], in doubles; the rest in floats
-  static constexpr int q = 2 * kChunk, k = q + kChunk * kLd, rq = k + kChunk * kLd, rk = rq + kChunk,
-                       floats = rk + kChunk;
-};
+// Shared-memory layout of gated_delta_bwd_chunk (fp32 elements). Pitches: K + 8 and 64 + 8 where the hot reads walk
+// a column (transposed operands: 8 mod 32 spreads lanes (t, g) over 32 banks), V + 4 and 64 + 4 where they walk a
+// row (4 mod 32).
 template <int K, int V>
 struct ChunkSmem {
   static constexpr int kLdK = K + 8, kLdV = V + 4, kLdL = kChunk + 4, kLdS = kSlab + 4;
@@ -277,379 +77,10 @@ struct ChunkSmem {
                        floats = dots + 4 * kChunk;
 };
 
-// Dynamic shared memory of each kernel (the fp64 arrays counted as two floats each).
-template <int K>
-constexpr std::size_t intra_smem_bytes() {
-  return sizeof(float) * IntraSmem<K>::floats;
-}
+// Its dynamic shared memory (the fp64 arrays counted as two floats each).
 template <int K, int V>
 constexpr std::size_t chunk_smem_bytes() {
   return sizeof(float) * ChunkSmem<K, V>::floats;
-}
-
-// The fp32 workspace: byte offsets of its regions (each 256-byte aligned) and its size.
-// P_planes, A and rec for fp32 runs only: the forward of 16-bit runs saved P and rec (gated_delta_saves_intra), and
-// their per-chunk kernel forms Â itself.
-struct BwdWorkspace {
-  std::size_t P_planes = 0;  // bf16 [NC, Hv, parts, 64, 64]: P of every chunk, split
-  std::size_t A = 0;         // [NC, Hv, 64, 64] Â of every chunk
-  std::size_t rec = 0;       // [T, Hv, kBwdRecord] the recurrence's row scales
-  std::size_t dh = 0;        // [NC, Hv, V, K] dh_nextᵀ: the gradient of the state leaving every chunk, transposed
-  std::size_t y = 0;         // [T, Hv, V] y = Ainvᵀ dv_new, fp32 or bf16 (gated_delta_handover_bytes)
-  std::size_t bytes = 0;
-};
-inline BwdWorkspace bwd_workspace(GatedDeltaBwdParams const& p) {
-  auto const at = [](std::size_t& offset, std::size_t floats) {
-    std::size_t const begin = offset;
-    offset += (floats * sizeof(float) + 255) / 256 * 256;
-    return begin;
-  };
-  auto const size = [](std::int64_t x) { return x > 0 ? std::size_t(x) : std::size_t(0); };
-  std::size_t const NC = size(p.NC), T = size(p.T), Hv = size(p.Hv), K = size(p.K), V = size(p.V);
-  BwdWorkspace w;
-  std::size_t o = 0;
-  if (!gated_delta_saves_intra(p.dtype)) {
-    w.P_planes = at(o, NC * Hv * gated_delta_ainv_parts(p.dtype) * kChunk * kChunk / 2);  // bf16 pairs
-    w.A = at(o, NC * Hv * kChunk * kChunk);
-    w.rec = at(o, T * Hv * kBwdRecord);
-  }
-  w.dh = at(o, NC * Hv * K * V);
-  w.y = at(o, T * Hv * V * gated_delta_handover_bytes(p.dtype) / 4);
-  w.bytes = o;
-  return w;
-}
-
-// P[i, j] = (q̂_i·k̂_j) exp(G_i − G_j) for j <= i, Â[i, j] = (k̂_i·k̂_j) exp(G_i − G_j) for j < i, both 0 elsewhere
-// (and on rows past the chunk's end): one [q; k] kᵀ product of the raw inputs, rstd and scale applied after. P goes
-// out as planes of bf16 parts ([parts][64][64]: the recurrence's tensor-core operand; their sum in part order is P to
-// ~2^-17 relative with 2 parts, exactly with 3), Â in fp32; and the chunk's records (BwdRecord).
-template <typename T, int K>
-__global__ void __launch_bounds__(kThreads)
-    gated_delta_bwd_intra(GatedDeltaBwdParams p, __nv_bfloat16* P_planes_out, float* A_out, float* rec_out) {
-  constexpr int kPF = SplitPolicy<T>::kOrder + 1;
-  using S = IntraSmem<K>;
-  constexpr int kLd = S::kLd;
-  float* const sm = shared_floats();
-  float *const q_s = sm + S::q, *const k_s = sm + S::k, *const rq = sm + S::rq, *const rk = sm + S::rk;
-  double* const G = reinterpret_cast<double*>(sm) + S::G;
-  int const c = blockIdx.x / p.Hv, j = blockIdx.x % p.Hv, kh = j / (p.Hv / p.Hk);
-  int const start = p.chunks[c], len = p.chunks[p.NC + c];
-  int const tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
-  if (warp == 0) {
-    for_chunk_rows(p, start, len, j, G, [&](int r, bool in, std::int64_t t, double G_r, double G_last) {
-      float const r_q = in ? p.q_rstd[t * p.Hk + kh] : 0.0f, r_k = in ? p.k_rstd[t * p.Hk + kh] : 0.0f;
-      rq[r] = p.scale * r_q;
-      rk[r] = r_k;
-      if (in) {
-        float const decay = expf(float(G_r)), b = to_float(static_cast<T const*>(p.beta)[t * p.Hv + j]);
-        float4* rec = reinterpret_cast<float4*>(rec_out + (t * p.Hv + j) * kBwdRecord);
-        rec[0] = make_float4(p.scale * r_q * decay, expf(float(G_last - G_r)) * r_k, -r_k * b * decay, b);
-        rec[1] = make_float4(expf(float(G_last)), 0.0f, 0.0f, 0.0f);
-      }
-    });
-  }
-  // Warps 0-3: rows of q (P), warps 4-7: rows of k (Â); 16 rows × 64 columns each.
-  bool const is_p = warp < 4;
-  float acc[1][8][4];
-  zero(acc);
-  std::int64_t const row0 = (std::int64_t(start) * p.Hk + kh) * K, stride = std::int64_t(p.Hk) * K;
-  if constexpr (sizeof(T) == 2) {  // raw 16-bit tiles (over the fp32 tiles' space), split-bf16 products
-    using Pol = SplitPolicy<T>;
-    constexpr int kLdT = K + kLdPad;
-    T *const q_t = reinterpret_cast<T*>(q_s), *const k_t = reinterpret_cast<T*>(k_s);
-    static_assert(sizeof(T) * kLdT <= sizeof(float) * kLd, "a 16-bit row fits in an fp32 row's space");
-    copy_rows_async<kChunk, int(sizeof(T)) * K, kThreads>(q_t, int(sizeof(T)) * kLdT, static_cast<T const*>(p.q) + row0,
-                                                          sizeof(T) * stride, len);
-    copy_rows_async<kChunk, int(sizeof(T)) * K, kThreads>(k_t, int(sizeof(T)) * kLdT, static_cast<T const*>(p.k) + row0,
-                                                          sizeof(T) * stride, len);
-    cp_async_commit();
-    cp_async_wait_all();
-    __syncthreads();
-    T const* a_tile = is_p ? q_t : k_t;
-#pragma unroll
-    for (int ks = 0; ks < K / 16; ++ks) {
-      std::uint32_t a[Pol::kRawParts][4];
-      load_a_rows<T, Pol::kRawParts>(a_tile, kLdT, 16 * (warp & 3), 16 * ks, lane, a);
-#pragma unroll
-      for (int np = 0; np < 4; ++np) {
-        std::uint32_t b0[Pol::kRawParts][2], b1[Pol::kRawParts][2];
-        load_b_cols_x2<T, Pol::kRawParts>(k_t, kLdT, 16 * np, 16 * ks, lane, b0, b1);
-        mma_split<Pol::kOrder>(acc[0][2 * np], a, b0);
-        mma_split<Pol::kOrder>(acc[0][2 * np + 1], a, b1);
-      }
-    }
-  } else {  // fp32: fp32 tiles, fp64 FMAs
-    load_tile(q_s, kLd, static_cast<T const*>(p.q) + row0, stride, kChunk, K, len, K, Unit{});
-    load_tile(k_s, kLd, static_cast<T const*>(p.k) + row0, stride, kChunk, K, len, K, Unit{});
-    __syncthreads();
-    float const* a_rows = (is_p ? q_s : k_s) + 16 * (warp & 3) * kLd;
-    warp_mma<1, 8, K>(
-        acc, 0, 0, 8, [&](int r, int kk) { return a_rows[r * kLd + kk]; },
-        [&](int kk, int n) { return k_s[n * kLd + kk]; });
-  }
-  float* const A_c = A_out + (std::int64_t(c) * p.Hv + j) * kChunk * kChunk;
-  __nv_bfloat16* const P_c = P_planes_out + (std::int64_t(c) * p.Hv + j) * kPF * kChunk * kChunk;
-  float const* r_scale = is_p ? rq : rk;
-#pragma unroll
-  for (int jn = 0; jn < 8; ++jn) {
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      int const i = 16 * (warp & 3) + g + 8 * half, col = 8 * jn + 2 * t4;
-      float v[2];
-#pragma unroll
-      for (int b = 0; b < 2; ++b) {
-        int const jj = col + b;
-        bool const keep = i < len && (is_p ? jj <= i : jj < i);
-        v[b] = keep ? r_scale[i] * rk[jj] * acc[0][jn][2 * half + b] * expf(float(G[i] - G[jj])) : 0.0f;
-      }
-      if (is_p) {
-        std::uint32_t w[kPF];
-        split_pair<kPF>(v[0], v[1], w);
-#pragma unroll
-        for (int part = 0; part < kPF; ++part) {
-          *reinterpret_cast<std::uint32_t*>(P_c + (part * kChunk + i) * kChunk + col) = w[part];
-        }
-      } else {
-        *reinterpret_cast<float2*>(A_c + i * kChunk + col) = make_float2(v[0], v[1]);
-      }
-    }
-  }
-}
-
-// The recurrence's shared memory, per stage (one chunk's inputs): the raw k, q rows and the block's do columns, P and
-// Ainv as bf16 planes, the records. Two stages (the next chunk streams in while this one computes) where they fit,
-// one for fp32 inputs.
-template <typename T, int K, int kBWarps>
-struct StateSmem {
-  static constexpr int kParts = SplitPolicy<T>::kOrder + 1;
-  static constexpr int kStages = sizeof(T) == 4 ? 1 : 2;
-  static constexpr int kBV = 16 * kBWarps;  // value columns of a block
-  static constexpr int kLdK = K + kLdPad, kLdV = kBV + kLdPad;
-  static constexpr std::size_t kKTile = 0;                                         // T [64][kLdK]
-  static constexpr std::size_t kQTile = kKTile + sizeof(T) * kChunk * kLdK;       // T [64][kLdK]
-  static constexpr std::size_t kDoTile = kQTile + sizeof(T) * kChunk * kLdK;      // T [64][kLdV]
-  static constexpr std::size_t kPPlanes = align16(kDoTile + sizeof(T) * kChunk * kLdV);  // bf16 [parts][64][kLdSq]
-  static constexpr std::size_t kAPlanes = kPPlanes + 2 * kParts * kPlane;        // bf16 [parts][64][kLdSq]
-  static constexpr std::size_t kRec = kAPlanes + 2 * kParts * kPlane;            // fp32 [64][kBwdRecord]
-  static constexpr std::size_t kStage = align16(kRec + sizeof(float) * kChunk * kBwdRecord);
-  static constexpr std::size_t kBytes = kStages * kStage;
-};
-
-// The reverse chunk recurrence for example n, value head j and the block's 16·kBWarps value columns; dh starts at
-// dfinal_state (or 0). Warp w carries dhᵀ of its 16 value columns [16, K] in fp32 registers as accumulator tiles and
-// runs its chunk step alone (the block shares only the chunk's inputs). Per chunk, last first, in the transposed
-// frame (rows: the warp's value columns; columns: the chunk's tokens i):
-//   dh_next out;  dv_newᵀ = kBrSrk ⊙ (dhᵀ kᵀ) + doᵀ P;  yᵀ = dv_newᵀ Ainv;  y out, dv = β ⊙ y;
-//   dhᵀ ← e^{G_last} dhᵀ + (kBrCq ⊙ do)ᵀ q + (kBrCy ⊙ y)ᵀ k,
-// with the raw q, k, do as operands (exact as bf16 parts) and the row scales on the other side.
-template <typename T, int K, int kBWarps>
-__global__ void __launch_bounds__(kBWarps * 32, 1)
-    gated_delta_bwd_state(GatedDeltaBwdParams p, __nv_bfloat16 const* P_planes, float const* rec, float* dh_out,
-                          Handover<T>* y_out) {
-  using Sm = StateSmem<T, K, kBWarps>;
-  using Pol = SplitPolicy<T>;
-  constexpr int kBThreads = kBWarps * 32, kBV = Sm::kBV, kStateTiles = K / 8;
-  constexpr int kPF = Pol::kOrder + 1, kPR = Pol::kRawParts, kOrder = Pol::kOrder;
-  extern __shared__ __align__(16) unsigned char gd_state_smem[];
-
-  int const tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
-  int const Hk = p.Hk, Hv = p.Hv, V = p.V, tiles = V / kBV;
-  std::int64_t bid = blockIdx.x;
-  int const vtile = static_cast<int>(bid % tiles);
-  bid /= tiles;
-  int const j = static_cast<int>(bid % Hv);
-  int const n = static_cast<int>(bid / Hv);
-  int const kh = j / (Hv / Hk);
-  int const v0 = vtile * kBV, wc = 16 * warp;  // the block's and the warp's first value column
-  int const c_first = p.chunks[3 * p.NC + n], c_end = p.chunks[3 * p.NC + n + 1];
-  std::int64_t const bos = p.cu_seqlens[n], eos = p.cu_seqlens[n + 1];  // chunk c starts at bos + 64·(c − c_first)
-  auto const* k = static_cast<T const*>(p.k);
-  auto const* q = static_cast<T const*>(p.q);
-  auto const* dout = static_cast<T const*>(p.dout);
-  auto* dv = static_cast<T*>(p.dv);
-  auto const* A_planes = reinterpret_cast<__nv_bfloat16 const*>(p.Ainv);
-
-  // dhᵀ[v0 + wc + g + 8·(e>>1)][8·nt + 2t + (e&1)] in dh[nt][e]; state tensors are [.., K, V].
-  float dh[kStateTiles][4];
-  std::int64_t const state_off = (std::int64_t(n) * Hv + j) * K * V + v0 + wc + g;
-#pragma unroll
-  for (int nt = 0; nt < kStateTiles; ++nt) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      int const d = 8 * nt + 2 * t + (e & 1), vr = 8 * (e >> 1);
-      dh[nt][e] = p.dfinal_state != nullptr ? p.dfinal_state[state_off + std::int64_t(d) * V + vr] : 0.0f;
-    }
-  }
-
-  // Chunk c into stage s: k, q rows, the block's do columns, the P and Ainv planes, the records (zeros past L).
-  auto issue = [&](int c, int s) {
-    unsigned char* base = gd_state_smem + s * Sm::kStage;
-    std::int64_t const t0 = bos + std::int64_t(c - c_first) * kChunk;
-    int const L = static_cast<int>(eos - t0 < kChunk ? eos - t0 : kChunk);
-    constexpr int kRowT = int(sizeof(T)) * K, kLdT = int(sizeof(T)) * Sm::kLdK;
-    copy_rows_async<kChunk, kRowT, kBThreads>(base + Sm::kKTile, kLdT, k + (t0 * Hk + kh) * K, sizeof(T) * Hk * K, L);
-    copy_rows_async<kChunk, kRowT, kBThreads>(base + Sm::kQTile, kLdT, q + (t0 * Hk + kh) * K, sizeof(T) * Hk * K, L);
-    copy_rows_async<kChunk, int(sizeof(T)) * kBV, kBThreads>(base + Sm::kDoTile, int(sizeof(T)) * Sm::kLdV,
-                                                             dout + (t0 * Hv + j) * V + v0, sizeof(T) * Hv * V, L);
-#pragma unroll
-    for (int part = 0; part < kPF; ++part) {
-      constexpr int kRowP = 2 * kChunk, kLdP = 2 * kLdSq;
-      copy_rows_async<kChunk, kRowP, kBThreads>(base + Sm::kPPlanes + 2 * part * kPlane, kLdP,
-                                                P_planes + ((std::int64_t(c) * Hv + j) * kPF + part) * kChunk * kChunk,
-                                                kRowP, kChunk);
-      // the forward writes the rows of Ainv's parts token by token, none past the chunk
-      copy_rows_async<kChunk, kRowP, kBThreads>(base + Sm::kAPlanes + 2 * part * kPlane, kLdP,
-                                                A_planes + ((t0 * Hv + j) * kPF + part) * kChunk,
-                                                2 * std::int64_t(Hv) * kPF * kChunk, L);
-    }
-    copy_rows_async<kChunk, 4 * kBwdRecord, kBThreads>(base + Sm::kRec, 4 * kBwdRecord,
-                                                       rec + (t0 * Hv + j) * kBwdRecord,
-                                                       4 * std::int64_t(Hv) * kBwdRecord, L);
-  };
-
-  if (c_end > c_first) issue(c_end - 1, 0);
-  cp_async_commit();
-  for (int c = c_end - 1, it = 0; c >= c_first; --c, ++it) {
-    int const s = Sm::kStages == 2 ? (it & 1) : 0;
-    cp_async_wait_all();
-    __syncthreads();  // stage s has landed for every thread; every read of the other stage (the chunk after) is done
-    if constexpr (Sm::kStages == 2) {
-      if (c > c_first) issue(c - 1, s ^ 1);
-      cp_async_commit();
-    }
-    unsigned char const* base = gd_state_smem + s * Sm::kStage;
-    T const* k_tile = reinterpret_cast<T const*>(base + Sm::kKTile);
-    T const* q_tile = reinterpret_cast<T const*>(base + Sm::kQTile);
-    T const* do_tile = reinterpret_cast<T const*>(base + Sm::kDoTile);
-    auto const* P_s = reinterpret_cast<__nv_bfloat16 const*>(base + Sm::kPPlanes);
-    auto const* A_s = reinterpret_cast<__nv_bfloat16 const*>(base + Sm::kAPlanes);
-    float const* rec_s = reinterpret_cast<float const*>(base + Sm::kRec);
-    std::int64_t const t0 = bos + std::int64_t(c - c_first) * kChunk;
-    int const L = static_cast<int>(eos - t0 < kChunk ? eos - t0 : kChunk);
-    auto const rec_at = [&](int i, int field) { return rec_s[i * kBwdRecord + field]; };
-
-    // dv_newᵀ = kBrSrk ⊙ (dhᵀ kᵀ) + doᵀ P over the chunk's tokens; token tiles past L stay zero. dh_next of chunk c
-    // (the state gradient entering this step) goes out on the way as dh_nextᵀ [V][K] in tile order (state_tile), two
-    // 16-byte stores per k-step.
-    float* const dh_next = dh_out + (std::int64_t(c) * Hv + j) * V * K + state_tile(K, (v0 + wc) / 16, 0) + 4 * lane;
-    float x[8][4] = {};
-#pragma unroll
-    for (int ks = 0; ks < K / 16; ++ks) {
-#pragma unroll
-      for (int nt = 2 * ks; nt < 2 * ks + 2; ++nt) {
-        *reinterpret_cast<float4*>(dh_next + state_tile(K, 0, nt)) =
-            make_float4(dh[nt][0], dh[nt][1], dh[nt][2], dh[nt][3]);
-      }
-      std::uint32_t a[kPF][4];
-      a_from_acc<kPF>(dh[2 * ks], dh[2 * ks + 1], a);
-#pragma unroll
-      for (int np = 0; np < 4; ++np) {
-        if (16 * np < L) {
-          std::uint32_t b0[kPR][2], b1[kPR][2];
-          load_b_cols_x2<T, kPR>(k_tile, Sm::kLdK, 16 * np, 16 * ks, lane, b0, b1);
-          mma_split<kOrder>(x[2 * np], a, b0);
-          mma_split<kOrder>(x[2 * np + 1], a, b1);
-        }
-      }
-    }
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) x[nt][e] *= rec_at(8 * nt + 2 * t + (e & 1), kBrSrk);
-    }
-#pragma unroll
-    for (int ks = 0; ks < 4; ++ks) {  // token blocks r of doᵀ; P[r][i] = 0 for i > r
-      if (16 * ks < L) {
-        float f[8];
-        load_a_trans_floats<T>(do_tile, Sm::kLdV, wc, 16 * ks, lane, f);
-        std::uint32_t a[kPR][4];
-        a_from_floats<kPR>(f, a);
-#pragma unroll
-        for (int np = 0; np <= ks; ++np) {
-          std::uint32_t b0[kPF][2], b1[kPF][2];
-          load_b_planes_rows_x2<kPF>(P_s, kPlane, kLdSq, 16 * ks, 16 * np, lane, b0, b1);
-          mma_split<kOrder>(x[2 * np], a, b0);
-          mma_split<kOrder>(x[2 * np + 1], a, b1);
-        }
-      }
-    }
-
-    // yᵀ = dv_newᵀ Ainv (Ainv[r][i] = 0 for i > r); y out, dv = β ⊙ y.
-    float y[8][4] = {};
-#pragma unroll
-    for (int ks = 0; ks < 4; ++ks) {
-      if (16 * ks < L) {
-        std::uint32_t a[kPF][4];
-        a_from_acc<kPF>(x[2 * ks], x[2 * ks + 1], a);
-#pragma unroll
-        for (int np = 0; np <= ks; ++np) {
-          std::uint32_t b0[kPF][2], b1[kPF][2];
-          load_b_planes_rows_x2<kPF>(A_s, kPlane, kLdSq, 16 * ks, 16 * np, lane, b0, b1);
-          mma_split<kOrder>(y[2 * np], a, b0);
-          mma_split<kOrder>(y[2 * np + 1], a, b1);
-        }
-      }
-    }
-    {
-      std::int64_t const o = (t0 * Hv + j) * V + v0 + wc, stride = std::int64_t(Hv) * V;
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
-        float dv_t[4];
-#pragma unroll
-        for (int e = 0; e < 4; ++e) dv_t[e] = rec_at(8 * nt + 2 * t + (e & 1), kBrBeta) * y[nt][e];
-        store_tile_pairs(y[nt], lane, y_out + o, stride, 8 * nt, L);
-        store_tile_pairs(dv_t, lane, dv + o, stride, 8 * nt, L);
-#pragma unroll
-        for (int e = 0; e < 4; ++e) y[nt][e] *= rec_at(8 * nt + 2 * t + (e & 1), kBrCy);
-      }
-    }
-
-    // dhᵀ ← e^{G_last} dhᵀ + (kBrCq ⊙ do)ᵀ q + (kBrCy ⊙ y)ᵀ k.
-    float const gamma = rec_at(0, kBrGamma);
-#pragma unroll
-    for (int nt = 0; nt < kStateTiles; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) dh[nt][e] *= gamma;
-    }
-#pragma unroll
-    for (int ks = 0; ks < 4; ++ks) {
-      if (16 * ks < L) {
-        float f[8];
-        load_a_trans_floats<T>(do_tile, Sm::kLdV, wc, 16 * ks, lane, f);
-#pragma unroll
-        for (int e = 0; e < 8; ++e) f[e] *= rec_at(16 * ks + 8 * (e >> 2) + 2 * t + (e & 1), kBrCq);
-        std::uint32_t aq[kPF][4], ay[kPF][4];
-        a_from_floats<kPF>(f, aq);
-        a_from_acc<kPF>(y[2 * ks], y[2 * ks + 1], ay);
-#pragma unroll
-        for (int np = 0; np < K / 16; ++np) {
-          std::uint32_t b0[kPR][2], b1[kPR][2];
-          load_b_rows_x2<T, kPR>(q_tile, Sm::kLdK, 16 * ks, 16 * np, lane, b0, b1);
-          mma_split<kOrder>(dh[2 * np], aq, b0);
-          mma_split<kOrder>(dh[2 * np + 1], aq, b1);
-          load_b_rows_x2<T, kPR>(k_tile, Sm::kLdK, 16 * ks, 16 * np, lane, b0, b1);
-          mma_split<kOrder>(dh[2 * np], ay, b0);
-          mma_split<kOrder>(dh[2 * np + 1], ay, b1);
-        }
-      }
-    }
-    if constexpr (Sm::kStages == 1) {
-      __syncthreads();  // every warp is done with the stage
-      if (c > c_first) issue(c - 1, 0);
-      cp_async_commit();
-    }
-  }
-
-  if (p.dinitial_state != nullptr) {
-#pragma unroll
-    for (int nt = 0; nt < kStateTiles; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        int const d = 8 * nt + 2 * t + (e & 1), vr = 8 * (e >> 1);
-        p.dinitial_state[state_off + std::int64_t(d) * V + vr] = dh[nt][e];
-      }
-    }
-  }
 }
 
 // Warp 0, at the start of the per-chunk kernels: rstd_q and rstd_k of the chunk's rows (0 past len).
@@ -703,13 +134,13 @@ __device__ __forceinline__ void chunk_head_rows(GatedDeltaBwdParams const& p, in
   });
 }
 
-// One element (row i) of the state terms S1 = do hᵀ, S2 = y hᵀ, S3 = v_new dh_nextᵀ (a1, a2, a3) into dq̂, dk̂ and the fp64
-// sums of dG (s_g), dβ (s_b) and the e^{G_last} term (last); qv = scale·q̂ and kv = k̂ at that element.
+// One element (row i) of the state terms S1 = do hᵀ, S2 = y hᵀ, S3 = v_new dh_nextᵀ (a1, a2, a3) into dq̂, dk̂ and the
+// fp64 sums of dG (s_g), dβ (s_b) and the e^{G_last} term (last); qv = scale·q̂ and kv = k̂ at that element.
 // Acc: double in the fp32 kernel; float in the 16-bit one, which adds a slab's few terms in fp32 and carries the
 // sums across slabs in fp64.
 template <typename Acc>
-__device__ __forceinline__ void fold_state_term(int i, float const* Gam, float const* beta, float const* s_end, float qv,
-                                                float kv, float a1, float a2, float a3, float& dq, float& dk,
+__device__ __forceinline__ void fold_state_term(int i, float const* Gam, float const* beta, float const* s_end,
+                                                float qv, float kv, float a1, float a2, float a3, float& dq, float& dk,
                                                 Acc& s_g, Acc& s_b, Acc& last) {
   float const gi = Gam[i], bgi = beta[i] * Gam[i], si = s_end[i];
   dq += gi * a1;
@@ -866,7 +297,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                 *const rowS = dsm + S::rowS, *const rowB = dsm + S::rowB, *const dG_s = dsm + S::dG,
                 *const last_s = dsm + S::last, *const hd_s = dsm + S::hd;
   int const c = blockIdx.x / p.Hk, kh = blockIdx.x % p.Hk, group = p.Hv / p.Hk;
-  int const start = p.chunks[c], len = p.chunks[p.NC + c];
+  GatedDeltaChunks const table = gated_delta_chunks(p);
+  int const start = table.start(c), len = table.len(c);
   int const tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
   auto const* v = static_cast<T const*>(p.v);
   if (warp == 0) chunk_rstd_rows(p, start, len, kh, rq, rk);
@@ -1075,7 +507,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   __nv_bfloat16 *const h_pl = bfp(S::kRegion), *const dh_pl = h_pl + kGP * S::kSlabPlane;
 
   int const c = blockIdx.x / p.Hk, kh = blockIdx.x % p.Hk, group = p.Hv / p.Hk;
-  int const start = p.chunks[c], len = p.chunks[p.NC + c];
+  GatedDeltaChunks const table = gated_delta_chunks(p);
+  int const start = table.start(c), len = table.len(c);
   int const tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
   using Ho = Handover<T>;
   auto const* v = static_cast<T const*>(p.v);
