@@ -32,9 +32,9 @@ namespace {
 using ops::Backend;
 using ops::Pass;
 
-// The ops of a Qwen3.5 decoder (both layer types).
-std::set<std::string> const kModelOps = {"attention", "conv1d", "gated_delta", "gated_rmsnorm",
-                                         "rmsnorm",   "rope",   "swiglu"};
+// The ops of a Qwen3.5 decoder (both layer types) and its head with the loss.
+std::set<std::string> const kModelOps = {"attention", "conv1d", "gated_delta",          "gated_rmsnorm",
+                                         "rmsnorm",   "rope",   "linear_cross_entropy", "swiglu"};
 
 // The model's own weights; `during_forward` runs when the forward asks for layer 0's weights (inside the step).
 class WeightsWithAnExtraOp final : public model::WeightSource {

@@ -1,5 +1,6 @@
 #include "trainer/model/model.h"
 
+#include "kernels/ops/linear_cross_entropy.h"
 #include "kernels/ops/rmsnorm.h"
 #include "trainer/model/checkpoint.h"
 #include "trainer/model/init.h"
@@ -228,21 +229,29 @@ ForwardOutput Qwen35ForCausalLM::forward(ModelBatch const& batch, WeightSource& 
   WeightGroup const head = WeightGroup::head();
   GroupWeights const hw = weights.acquire(head);
   at::Tensor const lm_head = hw.at(config_.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
-  at::Tensor const logits_TV = at::linear(ops::rmsnorm(x_TH, hw.at("model.norm.weight"), eps, backend), lm_head);
-
-  // HF upcasts the logits to fp32 for the loss; fp64 models stay fp64. The whole [T, vocab] logits (and their fp32
-  // copy) are materialised: ~8 GB at T = 8192 with Qwen3.5's 248k vocabulary. A chunked loss goes here when that bites.
-  at::ScalarType const loss_type = logits_TV.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  at::Tensor const normed_TH = ops::rmsnorm(x_TH, hw.at("model.norm.weight"), eps, backend);
   ForwardOutput out;
   out.num_targets = batch.num_targets;
-  if (options.per_example_loss) {
-    at::Tensor const token_loss_T =
-        at::cross_entropy_loss(logits_TV.to(loss_type), batch.labels, {}, at::Reduction::None, kIgnoreIndex);
-    out.loss_sum = token_loss_T.sum();
-    out.example_loss_sums = at::zeros({batch.num_examples}, token_loss_T.options()).index_add(0, batch.seq_idx,
-                                                                                              token_loss_T);
+  at::Tensor logits_TV;
+  if (!options.per_example_loss && !options.return_logits) {
+    // The head and its loss as one op: with the fused backend in chunks of tokens, so the [T, vocab] logits (8 GB in
+    // fp32 at T = 8192 with Qwen3.5's 248k vocabulary) never exist at once; the composite is the code below.
+    out.loss_sum = ops::linear_cross_entropy(normed_TH, lm_head, batch.labels, backend);
   } else {
-    out.loss_sum = at::cross_entropy_loss(logits_TV.to(loss_type), batch.labels, {}, at::Reduction::Sum, kIgnoreIndex);
+    // HF upcasts the logits to fp32 for the loss; fp64 models stay fp64. Per-example sums and the logits themselves
+    // need the whole [T, vocab] logits.
+    logits_TV = at::linear(normed_TH, lm_head);
+    at::ScalarType const loss_type = logits_TV.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+    if (options.per_example_loss) {
+      at::Tensor const token_loss_T =
+          at::cross_entropy_loss(logits_TV.to(loss_type), batch.labels, {}, at::Reduction::None, kIgnoreIndex);
+      out.loss_sum = token_loss_T.sum();
+      out.example_loss_sums = at::zeros({batch.num_examples}, token_loss_T.options()).index_add(0, batch.seq_idx,
+                                                                                                token_loss_T);
+    } else {
+      out.loss_sum =
+          at::cross_entropy_loss(logits_TV.to(loss_type), batch.labels, {}, at::Reduction::Sum, kIgnoreIndex);
+    }
   }
   weights.release(head, out.loss_sum);
   if (options.return_logits) out.logits = logits_TV;
