@@ -69,6 +69,14 @@ struct IntList {
     ((s += (s.empty() ? "{" : ", ") + std::to_string(kValues)), ...);
     return s + "}";
   }
+  static std::string range_str() {  // "2..4" for consecutive ascending values (IntList<2, 3, 4>), str() otherwise
+    constexpr int values[] = {kValues...};
+    constexpr int n = sizeof...(kValues);
+    for (int i = 1; i < n; ++i) {
+      if (values[i] != values[0] + i) return str();
+    }
+    return n > 1 ? std::to_string(values[0]) + ".." + std::to_string(values[n - 1]) : str();
+  }
 };
 
 namespace static_switch_detail {

@@ -19,7 +19,7 @@ struct Conv1dFwdParams {
   std::int32_t const* cu_seqlens = nullptr;  // [N+1] on the device: 0 = cu[0] <= cu[1] <= ... <= cu[N] = T
   void* y = nullptr;                         // [T, C] channel-last, contiguous
   std::int64_t T = 0, C = 0;
-  int W = 4;  // 2..4
+  int W = 4;  // one of Conv1dWidths (conv1d_widths.h)
   int N = 0;  // examples
   bool silu = true;
   DType dtype = DType::kBF16;  // of x, weight, y (and dy, dx, dweight)

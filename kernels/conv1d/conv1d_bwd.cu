@@ -10,6 +10,7 @@
 #include "kernels/common/static_switch.h"
 #include "kernels/conv1d/conv1d.h"
 #include "kernels/conv1d/conv1d_common.cuh"
+#include "kernels/conv1d/conv1d_widths.h"
 
 #include <algorithm>
 #include <type_traits>
@@ -295,7 +296,7 @@ void run_conv1d_bwd(Conv1dBwdParams const& p, cudaStream_t stream) {
       FUSEPACK_BOOL_SWITCH(vec, kVec, [&] {
         constexpr int kN = kVec ? kPackChannels : 1;
         FUSEPACK_BOOL_SWITCH(p.silu, kSilu, [&] {
-          FUSEPACK_CONV1D_WIDTH_SWITCH(p.W, kW, [&] {
+          FUSEPACK_INT_SWITCH(Conv1dWidths, p.W, kW, [&] {
             std::int64_t const packs = (p.C + kN - 1) / kN;
             dim3 const grid(static_cast<unsigned>((packs + kThreadsC - 1) / kThreadsC),
                             static_cast<unsigned>(num_partials));

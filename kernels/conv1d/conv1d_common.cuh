@@ -7,8 +7,6 @@
 
 #include <cstdint>
 #include <cstring>
-#include <stdexcept>
-#include <string>
 #include <type_traits>
 
 namespace fusepack::conv1d_detail {
@@ -199,24 +197,3 @@ __device__ __forceinline__ void load_weight(T const* weight, std::int64_t C, std
 }
 
 }  // namespace fusepack::conv1d_detail
-
-// Width W (a run-time int) → compile-time constant NAME; the fused kernels cover W = 2, 3, 4.
-#define FUSEPACK_CONV1D_WIDTH_SWITCH(width, NAME, ...)                                                   \
-  [&] {                                                                                                  \
-    switch (width) {                                                                                     \
-      case 2: {                                                                                          \
-        constexpr static int NAME = 2;                                                                   \
-        return __VA_ARGS__();                                                                            \
-      }                                                                                                  \
-      case 3: {                                                                                          \
-        constexpr static int NAME = 3;                                                                   \
-        return __VA_ARGS__();                                                                            \
-      }                                                                                                  \
-      case 4: {                                                                                          \
-        constexpr static int NAME = 4;                                                                   \
-        return __VA_ARGS__();                                                                            \
-      }                                                                                                  \
-    }                                                                                                    \
-    throw std::invalid_argument("conv1d: the fused kernels support width W in 2..4; got W=" +           \
-                                std::to_string(width));                                                  \
-  }()

@@ -177,24 +177,6 @@ __device__ __forceinline__ void load_tile(float* dst, int pitch, T const* src, s
   }
 }
 
-// dst[r·stride + c] = src[r·pitch + c] over a rows × cols fp32 tile (cols a multiple of 4), the whole block.
-__device__ __forceinline__ void store_tile(float* dst, std::int64_t stride, float const* src, int pitch, int rows,
-                                           int cols) {
-  bool const vec = reinterpret_cast<std::uintptr_t>(dst) % 16 == 0 && stride % 4 == 0;
-  int const groups = cols / 4;
-  for (int idx = threadIdx.x; idx < rows * groups; idx += kThreads) {
-    int const r = idx / groups, c = (idx - r * groups) * 4;
-    float const* s = src + r * pitch + c;
-    float* d = dst + r * stride + c;
-    if (vec) {
-      *reinterpret_cast<float4*>(d) = *reinterpret_cast<float4 const*>(s);
-    } else {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) d[e] = s[e];
-    }
-  }
-}
-
 // load_tile's row scale that leaves the rows as they are.
 struct Unit {
   __device__ float operator()(int) const { return 1.0f; }

@@ -1,5 +1,6 @@
 #include "kernels/ops/conv1d.h"
 
+#include "kernels/conv1d/conv1d_widths.h"
 #include "kernels/ops/check.h"
 #include "kernels/ops/op_scope.h"
 
@@ -122,8 +123,8 @@ at::Tensor conv1d(at::Tensor const& x, at::Tensor const& weight, at::Tensor cons
   }
   if (backend == Backend::kComposite) return conv1d_composite(x, weight, cu, silu, initial_state);
 
-  TORCH_CHECK(W >= 2, op, ": the fused kernel supports width W in 2..4; got W=", W, " (weight ", weight.sizes(),
-              "); W=1 is a per-channel scale, run it on the composite backend");
+  TORCH_CHECK(conv1d_width_supported(W), op, ": ", conv1d_width_refusal(W), " (weight ", weight.sizes(),
+              "); the composite backend runs every W in 1..4");
   TORCH_CHECK(!initial_state.defined(), op, ": the fused kernel does not take initial_state yet (composite only); "
               "got initial_state of shape ", initial_state.sizes());
   check_fused_input(op, "x", x);

@@ -4,6 +4,7 @@
 #include "kernels/ops/op_scope.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
@@ -37,15 +38,43 @@ void check_inputs(at::Tensor const& hidden, at::Tensor const& weight, at::Tensor
   }
 }
 
-// The chunked forward and both gradients for a loss gradient of 1; the backward scales them.
+// Whether the forward computes the gradients: only when a backward can follow. Inside Function::forward grad mode is
+// always off, so this is decided by the caller; under at::NoGradGuard (evaluation) a parameter still requires grad,
+// and the [vocab, hidden] fp32 weight gradient would be computed for nothing.
+bool wants_gradients(at::Tensor const& hidden, at::Tensor const& weight) {
+  return at::GradMode::is_enabled() && (hidden.requires_grad() || weight.requires_grad());
+}
+
+// The chunked forward and, when `grads`, both gradients for a loss gradient of 1; the backward scales them.
 struct ChunkedLinearCrossEntropyFunction : torch::autograd::Function<ChunkedLinearCrossEntropyFunction> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, at::Tensor const& hidden, at::Tensor const& weight,
-                            at::Tensor const& labels, std::int64_t chunk_tokens, bool record) {
-    if (record) FUSEPACK_OP_RUNS("linear_cross_entropy", Pass::kForward, Backend::kFused);
+                            at::Tensor const& labels, std::int64_t chunk_tokens, bool grads, bool record) {
+    // The op's record and profiler range span the whole pass (FUSEPACK_OP_RUNS declares the range in this scope), so
+    // they cannot sit behind a bare `if`.
+    ctx->saved_data["record"] = record;
+    if (record) {
+      FUSEPACK_OP_RUNS("linear_cross_entropy", Pass::kForward, Backend::kFused);
+      return chunks_forward(ctx, hidden, weight, labels, chunk_tokens, grads);
+    }
+    return chunks_forward(ctx, hidden, weight, labels, chunk_tokens, grads);
+  }
+
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
+                                               torch::autograd::tensor_list grads) {
+    if (ctx->saved_data["record"].toBool()) {
+      FUSEPACK_OP_RUNS("linear_cross_entropy", Pass::kBackward, Backend::kFused);
+      return scaled_gradients(ctx, grads[0]);
+    }
+    return scaled_gradients(ctx, grads[0]);
+  }
+
+ private:
+  static at::Tensor chunks_forward(torch::autograd::AutogradContext* ctx, at::Tensor const& hidden,
+                                   at::Tensor const& weight, at::Tensor const& labels, std::int64_t chunk_tokens,
+                                   bool grads) {
     std::int64_t const T = hidden.size(0), V = weight.size(0);
     std::int64_t const chunk = chunk_tokens > 0 ? chunk_tokens : linear_cross_entropy_chunk(V, T);
     at::ScalarType const acc = loss_type(hidden);
-    bool const grads = hidden.requires_grad() || weight.requires_grad();
     at::Tensor loss = at::zeros({}, hidden.options().dtype(acc));
     at::Tensor dhidden = grads ? at::empty_like(hidden, at::MemoryFormat::Contiguous) : at::Tensor();
     at::Tensor dweight = grads ? at::zeros(weight.sizes(), weight.options().dtype(acc)) : at::Tensor();
@@ -75,20 +104,17 @@ struct ChunkedLinearCrossEntropyFunction : torch::autograd::Function<ChunkedLine
       }
     }
     if (grads) ctx->save_for_backward({dhidden, dweight});
-    ctx->saved_data["record"] = record;
     ctx->saved_data["weight_dtype"] = static_cast<std::int64_t>(weight.scalar_type());
     return loss;
   }
 
-  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
-                                               torch::autograd::tensor_list grads) {
-    if (ctx->saved_data["record"].toBool()) FUSEPACK_OP_RUNS("linear_cross_entropy", Pass::kBackward, Backend::kFused);
+  // dloss: 0-dim, the loss's dtype; it scales every stored gradient.
+  static torch::autograd::tensor_list scaled_gradients(torch::autograd::AutogradContext* ctx, at::Tensor const& dloss) {
     auto const saved = ctx->get_saved_variables();
-    at::Tensor const& dloss = grads[0];  // 0-dim, the loss's dtype: it scales every gradient
     auto const weight_dtype = static_cast<at::ScalarType>(ctx->saved_data["weight_dtype"].toInt());
     at::Tensor const dhidden = saved[0] * dloss.to(saved[0].scalar_type());
     at::Tensor const dweight = (saved[1] * dloss).to(weight_dtype);
-    return {dhidden, dweight, at::Tensor(), at::Tensor(), at::Tensor()};
+    return {dhidden, dweight, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -105,7 +131,7 @@ at::Tensor chunked_linear_cross_entropy(at::Tensor const& hidden, at::Tensor con
   check_inputs(hidden, weight, labels);
   TORCH_CHECK(chunk_tokens >= 0, "linear_cross_entropy: chunk_tokens must be >= 0 (0: automatic); got ", chunk_tokens);
   return ChunkedLinearCrossEntropyFunction::apply(hidden.contiguous(), weight.contiguous(), labels, chunk_tokens,
-                                                  /*record=*/false);
+                                                  wants_gradients(hidden, weight), /*record=*/false);
 }
 
 at::Tensor linear_cross_entropy(at::Tensor const& hidden, at::Tensor const& weight, at::Tensor const& labels,
@@ -119,7 +145,8 @@ at::Tensor linear_cross_entropy(at::Tensor const& hidden, at::Tensor const& weig
   }
   check_fused_input(kOp, "hidden", hidden);
   check_fused_input(kOp, "weight", weight);
-  return ChunkedLinearCrossEntropyFunction::apply(hidden, weight, labels, chunk_tokens, true);
+  return ChunkedLinearCrossEntropyFunction::apply(hidden, weight, labels, chunk_tokens, wants_gradients(hidden, weight),
+                                                  /*record=*/true);
 }
 
 }  // namespace fusepack::ops

@@ -2,12 +2,18 @@
 // the CPU tests can check every row length.
 #pragma once
 
+#include "kernels/common/static_switch.h"
+
 #include <cstdint>
 
 namespace fusepack {
 
 // A row is kept in registers between the reduction and the output: D is bounded (Qwen3.5's largest norm is 5120).
 inline constexpr std::int64_t kNormMaxDim = 8192;
+
+// The values of NormRowLayout::iters: the launchers instantiate their kernels over this list (norm_kernel_for,
+// norm_rows.cuh), so norm_row_layout must produce no other.
+using NormIters = IntList<1, 2, 4, 8>;
 
 // How rows of D elements map onto threads.
 //   small rows (<= 128 accesses): a group of `lanes` consecutive lanes of a warp per row, 256 / lanes rows per block;
@@ -20,7 +26,7 @@ struct NormRowLayout {
   std::int64_t chunks = 0;     // accesses per row: dim / elems
   bool block_per_row = false;  // one row per block (else `lanes` threads of a warp per row)
   int lanes = 0;               // threads per row (= threads when block_per_row)
-  int iters = 0;               // accesses per thread and row: 1, 2, 4 or 8
+  int iters = 0;               // accesses per thread and row: one of NormIters
   int threads = 0;             // per block
   int rows_per_block() const { return block_per_row ? 1 : threads / lanes; }
 };

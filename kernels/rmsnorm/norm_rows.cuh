@@ -1,9 +1,10 @@
 // Device helpers shared by the rmsnorm and gated_rmsnorm kernels: the per-row thread geometry of NormRowLayout
 // (kernels/rmsnorm/rmsnorm.h), register chunks of a row, the row sum, the backward's cp.async ring, the block's
-// dweight partial, the persistent grid size, and the switch from the layout's run-time `iters` to a template constant.
+// dweight partial, the persistent grid size, and the kernel instance of a layout (dtype and iters switched over).
 #pragma once
 
 #include "kernels/common/cuda_check.h"
+#include "kernels/common/static_switch.h"
 #include "kernels/common/vec.cuh"
 #include "kernels/rmsnorm/rmsnorm.h"
 
@@ -126,19 +127,6 @@ __device__ __forceinline__ void norm_store_partial(float const (&acc)[kIters][kN
 template <bool kBlockRow>
 constexpr bool norm_layout_reachable(int iters, int elems) {
   return kBlockRow ? iters * elems <= 32 : iters <= 4;
-}
-
-// Run-time layout.iters (1, 2, 4, 8) → std::integral_constant, for the launchers' dispatch.
-template <typename F>
-void norm_iters_switch(int iters, F&& f) {
-  switch (iters) {
-    case 1: f(std::integral_constant<int, 1>{}); return;
-    case 2: f(std::integral_constant<int, 2>{}); return;
-    case 4: f(std::integral_constant<int, 4>{}); return;
-    case 8: f(std::integral_constant<int, 8>{}); return;
-    default: break;
-  }
-  throw std::invalid_argument("norm row layout: unsupported iters " + std::to_string(iters));
 }
 
 // The layout of a pass, or std::invalid_argument naming the op when the row is too long (the ops layer checks first).
@@ -303,9 +291,10 @@ struct NormTypeTag {
 
 // The kernel instance of a pass for layout `l`: pick(NormTypeTag<T>, kVec, kIters, kBlockRow), each flag a
 // std::integral_constant, returns &kernel<T, kVec, kIters, kBlockRow>; only layouts norm_row_layout can produce are
-// instantiated. Every compile-time value travels as a type (type aliases of the enclosing lambda, never a variable
-// named from a nested lambda): with FUSEPACK_BOOL_SWITCH's `constexpr static` flags read inside a nested generic
-// lambda of this template, nvcc 13 instantiated (and launched) a kernel for another layout on the H200.
+// instantiated. Every compile-time value reaches `pick` as a type: the flags as std::integral_constant arguments of
+// the generic lambdas, kIters made a type in the body of its switch. With FUSEPACK_BOOL_SWITCH's `constexpr static`
+// flags read inside a nested generic lambda of this template, nvcc 13 instantiated (and launched) a kernel for another
+// layout on the H200.
 template <typename KernelPtr, typename Pick>
 KernelPtr norm_kernel_for(char const* op, NormRowLayout const& l, DType dtype, Pick const& pick) {
   KernelPtr kernel = nullptr;
@@ -313,8 +302,8 @@ KernelPtr norm_kernel_for(char const* op, NormRowLayout const& l, DType dtype, P
     using T = typename std::decay_t<decltype(type)>::type;
     using Vec = std::decay_t<decltype(vec)>;
     using BlockRow = std::decay_t<decltype(block_row)>;
-    norm_iters_switch(l.iters, [&](auto iters) {
-      using Iters = std::decay_t<decltype(iters)>;
+    FUSEPACK_INT_SWITCH(NormIters, l.iters, kIters, [&] {
+      using Iters = std::integral_constant<int, kIters>;
       if constexpr (norm_layout_reachable<BlockRow::value>(Iters::value, NormChunk<T, Vec::value>::kN)) {
         kernel = pick(NormTypeTag<T>{}, Vec{}, Iters{}, BlockRow{});
       } else {
@@ -331,12 +320,7 @@ KernelPtr norm_kernel_for(char const* op, NormRowLayout const& l, DType dtype, P
                       : with_flags(type, std::false_type{}, std::false_type{});
     }
   };
-  switch (dtype) {
-    case DType::kF32: with_type(NormTypeTag<float>{}); break;
-    case DType::kBF16: with_type(NormTypeTag<__nv_bfloat16>{}); break;
-    case DType::kF16: with_type(NormTypeTag<__half>{}); break;
-    default: throw std::invalid_argument(std::string(op) + ": unsupported dtype " + std::to_string(int(dtype)));
-  }
+  FUSEPACK_DTYPE_SWITCH(dtype, T, [&] { with_type(NormTypeTag<T>{}); });
   return kernel;
 }
 

@@ -15,6 +15,7 @@
 #include "tests/support/torch_bridge.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <torch/csrc/autograd/autograd.h>
 
 #ifdef FUSEPACK_TEST_CUDA_MEMORY
@@ -158,6 +159,23 @@ TEST(LinearCrossEntropyChunked, Fp32StaysWithinTwiceTheCompositeError) {
   FUSEPACK_EXPECT_PASS(check_fused("loss", a.loss.reshape({1}), b.loss.reshape({1}), scalar(e.loss)));
   FUSEPACK_EXPECT_PASS(check_fused("dhidden", a.dhidden, b.dhidden, e.dhidden));
   FUSEPACK_EXPECT_PASS(check_fused("dweight", a.dweight, b.dweight, e.dweight));
+}
+
+// Evaluation runs under at::NoGradGuard with parameters that still require grad: the forward then skips the
+// gradients (no backward can follow) and must still give the reference's loss.
+TEST(LinearCrossEntropyChunked, WithoutGradModeTheLossIsTheReferencesAndNothingIsRecorded) {
+  auto rng = test_rng();
+  Case const c = make_case(23, 5, 31, 3, rng);
+  at::Tensor const h = to_torch(c.hidden, at::kDouble, at::kCPU).requires_grad_();
+  at::Tensor const w = to_torch(c.weight, at::kDouble, at::kCPU).requires_grad_();
+  at::Tensor loss;
+  {
+    at::NoGradGuard no_grad;
+    loss = ops::chunked_linear_cross_entropy(h, w, at::tensor(c.labels, at::kLong), 4);
+  }
+  EXPECT_FALSE(loss.requires_grad());
+  double const want = reference(c).loss;
+  EXPECT_NEAR(loss.item<double>(), want, 1e-12 * std::abs(want));
 }
 
 TEST(LinearCrossEntropyChunked, NoTargetsGiveAZeroLossAndZeroGradients) {
