@@ -1,4 +1,5 @@
-# Helpers shared by every folder: warnings, "a library", "a test" (abseil absl_cc_test style).
+# Helpers shared by every folder: warnings, "a library", "a tool", "a test" (abseil absl_cc_test style), so each
+# CMakeLists.txt reads as a table of contents.
 
 set(FUSEPACK_CTEST_LABELS reference packing properties kernels gpu trainer golden distributed)
 
@@ -6,6 +7,37 @@ function(fusepack_warnings target)
   target_compile_options(${target} PRIVATE
     $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wshadow -Wno-sign-compare>
     $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall -lineinfo>)
+endfunction()
+
+# fusepack_library(<target> SOURCES <files...> [PUBLIC <targets...>] [PRIVATE <targets...>])
+# A static library of fusepack: headers included from the project root ("packing/batch.h"), fusepack's warnings.
+function(fusepack_library name)
+  cmake_parse_arguments(L "" "" "SOURCES;PUBLIC;PRIVATE" ${ARGN})
+  if(NOT L_SOURCES)
+    message(FATAL_ERROR "fusepack_library(${name}) needs SOURCES")
+  endif()
+  add_library(${name} STATIC ${L_SOURCES})
+  target_include_directories(${name} PUBLIC ${PROJECT_SOURCE_DIR})
+  if(L_PUBLIC)
+    target_link_libraries(${name} PUBLIC ${L_PUBLIC})
+  endif()
+  if(L_PRIVATE)
+    target_link_libraries(${name} PRIVATE ${L_PRIVATE})
+  endif()
+  fusepack_warnings(${name})
+endfunction()
+
+# fusepack_tool(<target> SOURCES <files...> LIBS <targets...>)
+# A command-line tool of fusepack, built into <build>/bin with the others.
+function(fusepack_tool name)
+  cmake_parse_arguments(T "" "" "SOURCES;LIBS" ${ARGN})
+  if(NOT T_SOURCES)
+    message(FATAL_ERROR "fusepack_tool(${name}) needs SOURCES")
+  endif()
+  add_executable(${name} ${T_SOURCES})
+  target_link_libraries(${name} PRIVATE ${T_LIBS})
+  set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/bin)
+  fusepack_warnings(${name})
 endfunction()
 
 # fusepack_test(NAME <target> SOURCES <files...> [LIBS <targets...>] LABELS <labels...> [TIMEOUT <s>]

@@ -361,7 +361,7 @@ TEST(Qwen35Parameters, Qwen35_27bNamesAndShapesAreTheCheckpointsOnTheMetaDevice)
   EXPECT_EQ(m.num_parameters(), 26895998464);  // the "27B": text model with its untied lm_head, no vision, no MTP
 }
 
-// Qwen3.5-0.8B, text model only, tied lm_head, written out from research section 2's numbers:
+// Qwen3.5-0.8B, text model only, tied lm_head, written out from its config.json on Hugging Face:
 //   embed_tokens                  248320 · 1024                                   = 254,279,680
 //   18 DeltaNet layers, each      in_proj_qkv 6144·1024 + in_proj_z 2048·1024 + in_proj_b/a 2·16·1024
 //                                 + conv1d 6144·4 + dt_bias/A_log 2·16 + norm 128 + out_proj 1024·2048 = 10,543,264

@@ -92,7 +92,7 @@ struct Qwen35Config {
   bool operator!=(Qwen35Config const& other) const { return !(*this == other); }
 };
 
-// Named presets, all in config.cpp:
+// Named presets, all in presets.cpp:
 //   qwen35-tiny   CPU-test size (hidden 64, 4 layers [L, L, L, F], heads of 32 and 16, vocab 256: fast in fp64 on
 //                 2 cores), the model of the Hugging Face golden (golden/hf/qwen35-tiny); composite backend only (the
 //                 fused gated_delta kernel takes head dims 64/128)
