@@ -35,14 +35,16 @@ FIXED_TOLERANCES = {
 UNIT_ROUNDOFF = {"float64": 2.0 ** -53, "float32": 2.0 ** -24, "bfloat16": 2.0 ** -8}
 FIELDS = ("loss", "grad_norm")
 STEP_FIELDS = ("step", "loss", "grad_norm", "lr", "targets", "tokens", "seconds")
+EVAL_FIELDS = ("step", "loss", "targets", "tokens")
 
 
 # ---------------------------------------------------------------------------------------------- pure functions
 
 def read_metrics(path):
-    """A --metrics JSONL file as {"run": first run line, "steps": [step lines], "summary": last summary or None,
-    "resumed": number of resumed segments}. Raises ValueError naming the file and line for anything else."""
-    out = {"run": None, "steps": [], "summary": None, "resumed": 0}
+    """A --metrics JSONL file as {"run": first run line, "steps": [step lines], "evals": [eval records], "summary":
+    last summary or None, "resumed": number of resumed segments}. Raises ValueError naming the file and line for
+    anything else."""
+    out = {"run": None, "steps": [], "evals": [], "summary": None, "resumed": 0}
     with open(path, encoding="utf-8") as f:
         for n, text in enumerate(f, 1):
             if not text.strip():
@@ -60,13 +62,19 @@ def read_metrics(path):
                     out["resumed"] += 1
             elif "summary" in j:
                 out["summary"] = j["summary"]
+            elif "eval" in j:
+                e = j["eval"]
+                missing = [k for k in EVAL_FIELDS if not isinstance(e, dict) or k not in e]
+                if missing:
+                    raise ValueError(f"{path}:{n}: an eval line without {', '.join(missing)}")
+                out["evals"].append(e)
             elif "step" in j:
                 missing = [k for k in STEP_FIELDS if k not in j]
                 if missing:
                     raise ValueError(f"{path}:{n}: a step line without {', '.join(missing)}")
                 out["steps"].append(j)
             else:
-                raise ValueError(f"{path}:{n}: neither a run, a step nor a summary line")
+                raise ValueError(f"{path}:{n}: neither a run, a step, an eval nor a summary line")
     if out["run"] is None:
         raise ValueError(f"{path}: no run line")
     return out
@@ -274,6 +282,10 @@ def plot_golden_run(plt, path, name, metrics, golden, allowed, band_label, compa
             ax.plot(steps, [baseline["steps"][k][field] for k in range(n)], "--", color="tab:gray", lw=1,
                     label="baseline")
         ax.plot(steps, r, "o", ms=4, color="tab:blue", mfc="none", label="run")
+        evals = [e for e in metrics.get("evals", []) if e["step"] <= steps[-1]] if field == "loss" and steps else []
+        if evals:
+            ax.plot([e["step"] for e in evals], [e["loss"] for e in evals], "s", ms=4, color="tab:orange",
+                    label="eval loss")
         ax.set_title(title, fontsize=9)
         ax = axes[1][col]
         shares = comparison["share"][field]

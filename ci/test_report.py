@@ -60,10 +60,18 @@ class ReadMetrics(TempFiles):
         self.assertNotIn("resumed", m["run"])
         self.assertIsNone(m["summary"])  # the run died before its summary
 
+    def test_collects_the_eval_lines(self):
+        path = self.write("m.jsonl", [{"run": {}}, step_line(0, 5.5, 0.8),
+                                      {"eval": {"step": 0, "loss": 5.6, "targets": 40, "tokens": 44}}])
+        m = report.read_metrics(path)
+        self.assertEqual([(e["step"], e["loss"]) for e in m["evals"]], [(0, 5.6)])
+        self.assertEqual(len(m["steps"]), 1)
+
     def test_names_the_line_of_anything_else(self):
         cases = {"not JSON": ["{\"run\": {}}", "{oops"],
+                 "an eval line without loss": [{"run": {}}, {"eval": {"step": 0, "targets": 1, "tokens": 1}}],
                  "without lr": [{"run": {}}, {k: v for k, v in step_line(0, 1, 1).items() if k != "lr"}],
-                 "neither a run": [{"run": {}}, {"loss": 1.0}],
+                 "neither a run, a step, an eval": [{"run": {}}, {"loss": 1.0}],
                  "not a JSON object": [{"run": {}}, "[1, 2]"],
                  "no run line": [step_line(0, 1, 1)]}
         for what, lines in cases.items():

@@ -23,11 +23,7 @@ using Json = nlohmann::ordered_json;
 
 char const* const kDtypes[] = {"float64", "float32", "bfloat16", "float16"};
 
-std::string describe(Json const& v) {
-  std::string s = v.dump();
-  if (s.size() > 40) s = s.substr(0, 37) + "...";
-  return s + " (" + v.type_name() + ")";
-}
+std::string describe(Json const& v) { return packing::describe_json(v); }
 
 std::string step_field(std::size_t i, char const* field) {
   return "steps[" + std::to_string(i) + "]" + (field[0] ? std::string(".") + field : std::string());

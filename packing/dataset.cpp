@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <istream>
@@ -16,11 +17,7 @@ namespace {
 
 using nlohmann::json;
 
-std::string describe(json const& v) {
-  std::string s = v.dump();
-  if (s.size() > 40) s = s.substr(0, 37) + "...";
-  return s + " (" + v.type_name() + ")";
-}
+std::string describe(json const& v) { return describe_json(v); }
 
 // A line nlohmann cannot parse, said in the user's terms. A line holding only the start of an object ("{", or
 // '{"input_ids": [') is most likely pretty-printed JSON, which spreads one object over many lines.
@@ -158,17 +155,31 @@ DatasetError::DatasetError(std::string file, std::int64_t line, std::string fiel
       field_(std::move(field)) {}
 
 std::int64_t read_jsonl_numbered(std::istream& in, std::string const& name, std::int64_t vocab_size,
-                                 NumberedExampleSink const& sink) {
+                                 NumberedExampleSink const& sink, Progress const* progress, std::int64_t total_bytes) {
   check_vocab(vocab_size);
   std::string text;
-  std::int64_t line = 0, count = 0;
+  std::int64_t line = 0, count = 0, bytes = 0;
+  ProgressPhase phase(progress, "reading " + name);
+  auto read_so_far = [&](double seconds) {
+    std::string status = grouped(line) + " lines, " + megabytes(bytes);
+    if (total_bytes > 0) {
+      char share[32];
+      std::snprintf(share, sizeof share, " (%.1f%%)",
+                    100.0 * static_cast<double>(bytes) / static_cast<double>(total_bytes));
+      status += " of " + megabytes(total_bytes) + share;
+    }
+    return status + ", " + megabytes_per_second(bytes, seconds);
+  };
   while (std::getline(in, text)) {
     ++line;
+    bytes += static_cast<std::int64_t>(text.size()) + 1;
+    phase.update(read_so_far);
     if (text.find_first_not_of(" \t\r\n") == std::string::npos) continue;
     sink(LineReader(name, line, vocab_size).example(text), line);
     ++count;
   }
   if (in.bad()) throw DatasetError(name, line + 1, "", "read error");
+  phase.done(grouped(count) + " examples from " + grouped(line) + " lines, " + megabytes(bytes));
   return count;
 }
 
@@ -176,18 +187,21 @@ std::int64_t read_jsonl(std::istream& in, std::string const& name, std::int64_t 
   return read_jsonl_numbered(in, name, vocab_size, [&](Example&& ex, std::int64_t) { sink(std::move(ex)); });
 }
 
-std::int64_t read_jsonl_numbered(std::string const& path, std::int64_t vocab_size, NumberedExampleSink const& sink) {
+std::int64_t read_jsonl_numbered(std::string const& path, std::int64_t vocab_size, NumberedExampleSink const& sink,
+                                 Progress const* progress) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {
     throw DatasetError(path, 0, "", "is a directory; expected a JSON Lines file (one JSON object per line)");
   }
   std::ifstream in(path);
   if (!in) throw DatasetError(path, 0, "", "cannot open the file for reading");
-  return read_jsonl_numbered(in, path, vocab_size, sink);
+  std::uintmax_t const size = std::filesystem::file_size(path, ec);  // a pipe or FIFO has none
+  return read_jsonl_numbered(in, path, vocab_size, sink, progress, ec ? -1 : static_cast<std::int64_t>(size));
 }
 
-std::int64_t read_jsonl(std::string const& path, std::int64_t vocab_size, ExampleSink const& sink) {
-  return read_jsonl_numbered(path, vocab_size, [&](Example&& ex, std::int64_t) { sink(std::move(ex)); });
+std::int64_t read_jsonl(std::string const& path, std::int64_t vocab_size, ExampleSink const& sink,
+                        Progress const* progress) {
+  return read_jsonl_numbered(path, vocab_size, [&](Example&& ex, std::int64_t) { sink(std::move(ex)); }, progress);
 }
 
 std::vector<Example> load_jsonl(std::string const& path, std::int64_t vocab_size) {

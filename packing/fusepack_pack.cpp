@@ -2,14 +2,18 @@
 // and 1D packed batches cost at a token budget. Exit code 0 on success, 2 on any error (message on stderr).
 #include "packing/dataset.h"
 #include "packing/packer.h"
+#include "packing/progress.h"
 #include "packing/stats.h"
 #include "packing/synthetic.h"
+#include "trainer/model/config.h"
 
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <cstdio>
 #include <exception>
+#include <iostream>
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -18,17 +22,7 @@
 namespace {
 
 using namespace fusepack::packing;
-
-constexpr std::int64_t kQwen35VocabSize = 248320;  // vocab_size of every released Qwen3.5 dense checkpoint
-
-std::string grouped(std::int64_t v) {
-  std::string digits = std::to_string(v < 0 ? -v : v), out;
-  for (std::size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
-    out += digits[i];
-  }
-  return v < 0 ? "-" + out : out;
-}
+namespace model = fusepack::model;
 
 std::string fixed(double v, int decimals) {
   char buf[64];
@@ -36,10 +30,64 @@ std::string fixed(double v, int decimals) {
   return buf;
 }
 
-std::string grouped(double v, int decimals) {
+std::string grouped_decimal(double v, int decimals) {
   std::string const s = fixed(v, decimals);
   std::size_t const dot = s.find('.');
   return grouped(std::stoll(s.substr(0, dot))) + (dot == std::string::npos ? "" : s.substr(dot));
+}
+
+// Every model preset with its vocabulary, from the one preset table (trainer/model/config.h), in the table's order.
+std::vector<std::pair<std::string, std::int64_t>> preset_vocabularies() {
+  std::vector<std::pair<std::string, std::int64_t>> out;
+  for (std::string const& name : model::preset_names()) out.emplace_back(name, model::preset(name).vocab_size);
+  return out;
+}
+
+// "qwen35-tiny (vocab 256), qwen35-tiny64 (vocab 256), bench-200m (vocab 32,768), ...": --preset's help.
+std::string preset_list() {
+  std::string out;
+  for (auto const& [name, vocab] : preset_vocabularies()) {
+    out += (out.empty() ? "" : ", ") + name + " (vocab " + grouped(vocab) + ")";
+  }
+  return out;
+}
+
+// Ids are checked against --vocab, else --preset's vocabulary, else the largest vocabulary of any preset (every id
+// some preset accepts), in which case a hint names the presets that would refuse the data's largest id.
+struct Vocabulary {
+  std::int64_t size = 0;
+  std::string text;         // how the source line names it
+  bool by_default = false;  // neither --vocab nor --preset was given
+};
+
+Vocabulary choose_vocabulary(std::int64_t vocab, std::string const& preset) {
+  if (vocab > 0) return {vocab, "vocab " + grouped(vocab) + " (--vocab)", false};
+  if (!preset.empty()) {
+    std::int64_t size = 0;
+    try {
+      size = model::preset(preset).vocab_size;
+    } catch (std::invalid_argument const& e) {
+      throw std::invalid_argument(std::string("--preset: ") + e.what());
+    }
+    return {size, "vocab " + grouped(size) + " of preset " + preset, false};
+  }
+  std::int64_t largest = 0;
+  for (auto const& [name, size] : preset_vocabularies()) largest = std::max(largest, size);
+  return {largest, "vocab " + grouped(largest) + ", the largest preset's; --preset NAME checks one", true};
+}
+
+// One line naming the presets whose vocabulary the data's largest id falls outside of: "hint: ids reach 300, outside
+// the vocabulary of qwen35-tiny, qwen35-tiny64 (256): see --preset" (at most ~120 characters with every small preset).
+// Empty when every preset takes it.
+std::string vocabulary_hint(std::int64_t largest_id) {
+  std::map<std::int64_t, std::string> refusing;  // vocabulary -> the presets that have it
+  for (auto const& [name, size] : preset_vocabularies()) {
+    if (largest_id >= size) refusing[size] += (refusing[size].empty() ? "" : ", ") + name;
+  }
+  if (refusing.empty()) return {};
+  std::string which;
+  for (auto const& [size, names] : refusing) which += (which.empty() ? "" : ", ") + names + " (" + grouped(size) + ")";
+  return "hint: ids reach " + grouped(largest_id) + ", outside the vocabulary of " + which + ": see --preset";
 }
 
 std::string percent(double fraction) { return fixed(100.0 * fraction, 1) + "%"; }
@@ -82,6 +130,7 @@ struct Args {
   std::string data;
   std::string synthetic;
   std::int64_t vocab = 0;  // 0 = not given
+  std::string preset;      // empty = not given
   PackerOptions packer;
   std::string oversize = "error";
 };
@@ -90,36 +139,57 @@ int run(Args const& args) {
   PackerOptions options = args.packer;
   options.oversize = parse_oversize_policy(args.oversize);
   options.validate();
+  Progress progress;  // long phases (a large file, a large plan) report on stderr every 2 s
+  progress.out = &std::cerr;
 
+  Vocabulary const vocab = choose_vocabulary(args.vocab, args.preset);
   std::vector<std::int64_t> lengths;
-  std::string source;
+  std::string source, hint;
   if (!args.data.empty()) {
-    std::int64_t const vocab = args.vocab > 0 ? args.vocab : kQwen35VocabSize;
-    read_jsonl(args.data, vocab,
-               [&](Example&& ex) { lengths.push_back(static_cast<std::int64_t>(ex.input_ids.size())); });
-    source = args.data + " (ids checked against vocab " + grouped(vocab) + ")";
+    std::int32_t largest_id = 0;
+    read_jsonl(
+        args.data, vocab.size,
+        [&](Example&& ex) {
+          lengths.push_back(static_cast<std::int64_t>(ex.input_ids.size()));
+          largest_id = std::max(largest_id, *std::max_element(ex.input_ids.begin(), ex.input_ids.end()));
+        },
+        &progress);
+    source = args.data + " (ids checked against " + vocab.text + ")";
     if (lengths.empty()) throw std::invalid_argument(args.data + ": no examples (the file is empty or blank)");
+    if (vocab.by_default) hint = vocabulary_hint(largest_id);
   } else {
+    // As fusepack-train draws it: the vocabulary chosen above unless the spec says vocab=, which may not exceed a
+    // preset's. No token is drawn here, only the lengths.
     SyntheticSpec base;
-    if (args.vocab > 0) base.vocab_size = args.vocab;
+    base.vocab_size = vocab.size;
     SyntheticSpec const spec = parse_synthetic_spec(args.synthetic, base);
+    if (!args.preset.empty() && spec.vocab_size > vocab.size) {
+      throw std::invalid_argument(args.synthetic + ": vocab=" + std::to_string(spec.vocab_size) +
+                                  " exceeds the vocab_size " + std::to_string(vocab.size) + " of --preset " +
+                                  args.preset);
+    }
     lengths = synthetic_lengths(spec);  // the lengths make_synthetic() would give, without drawing the tokens
     source = spec.str();
   }
 
   std::vector<std::int64_t> const budgeted = budgeted_lengths(lengths, options);
-  EpochPlan const plan = plan_epoch(lengths, options, PlanMode::kFill);
+  EpochPlan const plan = plan_epoch(lengths, options, PlanMode::kFill, 0, &progress);
   BatchingStats const padded = padded_stats(budgeted, plan.padded, options.token_budget);
   BatchingStats const packed = packed_stats(budgeted, plan.packed, options.token_budget);
 
-  std::vector<std::int64_t> sorted = lengths;
-  std::sort(sorted.begin(), sorted.end());
+  // The lower median (what sorting would put at (n - 1) / 2), in linear time: a full sort of 10^8 lengths takes
+  // seconds.
+  std::vector<std::int64_t> by_length = lengths;
+  auto const middle = by_length.begin() + static_cast<std::ptrdiff_t>((by_length.size() - 1) / 2);
+  std::nth_element(by_length.begin(), middle, by_length.end());
+  auto const [shortest, longest] = std::minmax_element(lengths.begin(), lengths.end());
   std::int64_t total = 0;
   for (std::int64_t l : lengths) total += l;
   auto const over =
       std::count_if(lengths.begin(), lengths.end(), [&](std::int64_t l) { return l > options.token_budget; });
 
   std::printf("fusepack-pack: %s\n", source.c_str());
+  if (!hint.empty()) std::printf("  %s\n", hint.c_str());
   std::printf("  token budget %s, lookahead %s, seed %llu, oversize %s\n\n", grouped(options.token_budget).c_str(),
               grouped(options.lookahead).c_str(), static_cast<unsigned long long>(options.seed),
               oversize_policy_name(options.oversize));
@@ -129,16 +199,17 @@ int run(Args const& args) {
     std::printf("  %-26s %14s   (cut to the budget: %s tokens kept)\n", "examples over the budget",
                 grouped(over).c_str(), grouped(packed.tokens).c_str());
   std::printf("  %-26s %s / %s / %s / %s (min / median / mean / max)\n\n", "example length",
-              grouped(sorted.front()).c_str(), grouped(sorted[(sorted.size() - 1) / 2]).c_str(),
-              grouped(static_cast<double>(total) / static_cast<double>(lengths.size()), 1).c_str(),
-              grouped(sorted.back()).c_str());
+              grouped(*shortest).c_str(), grouped(*middle).c_str(),
+              grouped_decimal(static_cast<double>(total) / static_cast<double>(lengths.size()), 1).c_str(),
+              grouped(*longest).c_str());
 
   row("", "padded (2D)", "packed (1D)");
   row("batches", grouped(padded.batches), grouped(packed.batches));
   row("padding fraction", percent(padded.padding_fraction()), percent(packed.padding_fraction()));
   row("budget fill", percent(padded.budget_fill()), percent(packed.budget_fill()));
   row("tokens per batch: min", grouped(padded.min_tokens_per_batch), grouped(packed.min_tokens_per_batch));
-  row("                  mean", grouped(padded.mean_tokens_per_batch, 1), grouped(packed.mean_tokens_per_batch, 1));
+  row("                  mean", grouped_decimal(padded.mean_tokens_per_batch, 1),
+      grouped_decimal(packed.mean_tokens_per_batch, 1));
   row("                  max", grouped(padded.max_tokens_per_batch), grouped(packed.max_tokens_per_batch));
   row("examples per batch (mean)", fixed(padded.mean_examples_per_batch, 2), fixed(packed.mean_examples_per_batch, 2));
   double const reduction = 1.0 - static_cast<double>(packed.batches) / static_cast<double>(padded.batches);
@@ -162,9 +233,14 @@ int main(int argc, char** argv) {
   auto* synthetic = app.add_option("--synthetic", args.synthetic,
                                    "synthetic:n=10000,median=900,sigma=0.9,vocab=32768,min=1,max=8192,prompt=0,seed=1");
   data->excludes(synthetic);
-  app.add_option("--vocab", args.vocab,
-                 "vocabulary size: ids of --data are checked against it (default 248320, Qwen3.5); for --synthetic "
-                 "it applies when the spec has no vocab=");
+  auto* vocab = app.add_option("--vocab", args.vocab,
+                               "vocabulary size: ids of --data are checked against it; for --synthetic it applies when "
+                               "the spec has no vocab= (default: the largest preset vocabulary, with a hint naming "
+                               "the presets that would refuse the data's ids)");
+  auto* preset = app.add_option("--preset", args.preset,
+                                "check ids against this model preset's vocabulary, as fusepack-train --preset does: " +
+                                    preset_list());
+  vocab->excludes(preset);
   app.add_option("--budget", args.packer.token_budget, "token budget of a batch")->capture_default_str();
   app.add_option("--lookahead", args.packer.lookahead, "examples the packer may look ahead")->capture_default_str();
   app.add_option("--seed", args.packer.seed, "shuffle seed")

@@ -10,6 +10,15 @@
 
 namespace fusepack::packing {
 
+// A JSON value as a message shows it: its text cut to 40 characters, and its type ("[1,2,3] (array)"). For any
+// nlohmann-json type (json, ordered_json), which the caller includes.
+template <class Json>
+std::string describe_json(Json const& v) {
+  std::string s = v.dump();
+  if (s.size() > 40) s = s.substr(0, 37) + "...";
+  return s + " (" + v.type_name() + ")";
+}
+
 // The deepest nesting of arrays and objects a reader accepts; fusepack's own files need 4 levels.
 inline constexpr int kMaxJsonDepth = 64;
 

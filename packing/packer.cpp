@@ -3,8 +3,10 @@
 #include "packing/rng.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace fusepack::packing {
 namespace {
@@ -29,6 +31,32 @@ std::int64_t max_length_for(std::vector<Example> const& dataset, BatchPlan const
   }
   return kNoLengthLimit;
 }
+
+// The progress of planning one epoch: examples placed of all, batches closed. The clock is read every 4,096
+// placements (a placement takes nanoseconds).
+class PlanProgress {
+ public:
+  PlanProgress(Progress const* progress, std::string what, std::size_t examples, std::vector<BatchPlan> const& batches)
+      : phase_(progress, std::move(what)), examples_(static_cast<std::int64_t>(examples)), batches_(batches) {}
+
+  void placed_one() {
+    if ((++placed_ & 4095) != 0) return;
+    phase_.update([this](double) {
+      char share[32];
+      std::snprintf(share, sizeof share, " (%.1f%%), ",
+                    100.0 * static_cast<double>(placed_) / static_cast<double>(examples_));
+      return grouped(placed_) + " of " + grouped(examples_) + " examples placed" + share +
+             grouped(static_cast<std::int64_t>(batches_.size())) + " batches";
+    });
+  }
+  void done() { phase_.done(grouped(static_cast<std::int64_t>(batches_.size())) + " batches"); }
+
+ private:
+  ProgressPhase phase_;
+  std::int64_t examples_;
+  std::int64_t placed_ = 0;
+  std::vector<BatchPlan> const& batches_;
+};
 
 }  // namespace
 
@@ -76,11 +104,12 @@ std::vector<std::int64_t> shuffled_order(std::int64_t n, std::uint64_t seed, std
 }
 
 std::vector<BatchPlan> plan_packed(std::vector<std::int64_t> const& lengths, PackerOptions const& options,
-                                   std::uint64_t epoch) {
+                                   std::uint64_t epoch, Progress const* progress) {
   std::vector<std::int64_t> const len = budgeted_lengths(lengths, options);
   std::vector<std::int64_t> const order = shuffled_order(static_cast<std::int64_t>(len.size()), options.seed, epoch);
   auto const lookahead = static_cast<std::size_t>(options.lookahead);
   std::vector<BatchPlan> batches;
+  PlanProgress report(progress, "planning epoch " + std::to_string(epoch) + " (packed)", order.size(), batches);
   // The window always holds the oldest `lookahead` examples not yet placed, in stream order.
   std::vector<std::int64_t> window;
   std::size_t next = 0;
@@ -100,20 +129,23 @@ std::vector<BatchPlan> plan_packed(std::vector<std::int64_t> const& lengths, Pac
         used += len[static_cast<std::size_t>(id)];
         window.erase(window.begin() + static_cast<std::ptrdiff_t>(i));
         refill();
+        report.placed_one();
       } else {
         ++i;
       }
     }
     batches.push_back(std::move(batch));
   }
+  report.done();
   return batches;
 }
 
 std::vector<BatchPlan> plan_padded(std::vector<std::int64_t> const& lengths, PackerOptions const& options,
-                                   std::uint64_t epoch) {
+                                   std::uint64_t epoch, Progress const* progress) {
   std::vector<std::int64_t> const len = budgeted_lengths(lengths, options);
   std::vector<std::int64_t> const order = shuffled_order(static_cast<std::int64_t>(len.size()), options.seed, epoch);
   std::vector<BatchPlan> batches;
+  PlanProgress report(progress, "planning epoch " + std::to_string(epoch) + " (padded)", order.size(), batches);
   BatchPlan batch;
   std::int64_t longest = 0;
   for (std::int64_t id : order) {
@@ -125,17 +157,19 @@ std::vector<BatchPlan> plan_padded(std::vector<std::int64_t> const& lengths, Pac
     }
     batch.push_back(id);
     longest = std::max(longest, len[static_cast<std::size_t>(id)]);
+    report.placed_one();
   }
   if (!batch.empty()) batches.push_back(std::move(batch));
+  report.done();
   return batches;
 }
 
 EpochPlan plan_epoch(std::vector<std::int64_t> const& lengths, PackerOptions const& options, PlanMode mode,
-                     std::uint64_t epoch) {
+                     std::uint64_t epoch, Progress const* progress) {
   EpochPlan plan;
   plan.mode = mode;
-  plan.packed = plan_packed(lengths, options, epoch);
-  plan.padded = mode == PlanMode::kPaired ? plan.packed : plan_padded(lengths, options, epoch);
+  plan.packed = plan_packed(lengths, options, epoch, progress);
+  plan.padded = mode == PlanMode::kPaired ? plan.packed : plan_padded(lengths, options, epoch, progress);
   return plan;
 }
 

@@ -8,6 +8,7 @@
 
 #include "packing/batch.h"
 #include "packing/example.h"
+#include "packing/progress.h"
 
 #include <cstdint>
 #include <string>
@@ -54,14 +55,15 @@ std::vector<std::int64_t> budgeted_lengths(std::vector<std::int64_t> const& leng
 // 0..n-1 in the seeded order of the given epoch.
 std::vector<std::int64_t> shuffled_order(std::int64_t n, std::uint64_t seed, std::uint64_t epoch);
 
-// Packed batches of at most token_budget tokens (see the file comment).
+// Packed batches of at most token_budget tokens (see the file comment). With `progress`, planning a large dataset
+// reports itself every interval ("planning epoch 0 (packed): 4,123,456 of 10,000,000 examples placed (41.2%), ...").
 std::vector<BatchPlan> plan_packed(std::vector<std::int64_t> const& lengths, PackerOptions const& options,
-                                   std::uint64_t epoch = 0);
+                                   std::uint64_t epoch = 0, Progress const* progress = nullptr);
 // Padded batches over the same shuffled order, filled in order while rows x longest <= token_budget.
 std::vector<BatchPlan> plan_padded(std::vector<std::int64_t> const& lengths, PackerOptions const& options,
-                                   std::uint64_t epoch = 0);
+                                   std::uint64_t epoch = 0, Progress const* progress = nullptr);
 EpochPlan plan_epoch(std::vector<std::int64_t> const& lengths, PackerOptions const& options, PlanMode mode,
-                     std::uint64_t epoch = 0);
+                     std::uint64_t epoch = 0, Progress const* progress = nullptr);
 
 // The batch of one plan entry, with examples cut to the budget under kTruncate (and rejected under kError).
 PackedBatch packed_batch(std::vector<Example> const& dataset, BatchPlan const& plan, PackerOptions const& options);

@@ -1,6 +1,8 @@
 // JSONL datasets: the HF convention read and written back, streaming, and every bad input named by file, line and
-// field.
+// field. The progress lines of long phases (packing/progress.h), which a large file's read prints: at most one per
+// interval, nothing for a phase shorter than it, on a clock the test moves by hand.
 #include "packing/dataset.h"
+#include "packing/progress.h"
 
 #include "tests/support/env.h"
 #include "tests/support/expect.h"
@@ -9,6 +11,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -252,6 +255,169 @@ TEST(Dataset, CheckExampleNamesTheBadPosition) {
   FUSEPACK_EXPECT_INVALID_ARGUMENT(packing::check_example(Example{{1, 2}, {1}}, kVocab, "x"),
                                    "labels has 1 entries but input_ids has 2");
   EXPECT_NO_THROW(packing::check_example(Example{{1, 2}, {kIgnoreIndex, 2}}, kVocab, "x"));
+}
+
+// ------------------------------------------------------------------------------------------------------------------
+// Progress of long phases
+
+// A clock the test sets by hand, counting how often it is read, and a Progress writing to a string.
+struct ManualClock {
+  double now = 1000;  // any origin: only differences count
+  int reads = 0;
+  std::ostringstream out;
+  packing::Progress progress() {
+    packing::Progress p;
+    p.out = &out;
+    p.clock = [this] {
+      ++reads;
+      return now;
+    };
+    return p;
+  }
+};
+
+std::vector<std::string> lines_of(std::string const& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+std::string seconds_text(double seconds) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f s", seconds);
+  return buf;
+}
+
+TEST(Progress, PrintsAtMostOneLinePerIntervalAndBuildsTheStatusOnlyThen) {
+  ManualClock clock;
+  packing::Progress const progress = clock.progress();
+  ASSERT_EQ(progress.interval_seconds, packing::kProgressIntervalSeconds);
+  double const start = clock.now, interval = progress.interval_seconds;
+  packing::ProgressPhase phase(&progress, "reading x");
+  int built = 0;
+  auto status = [&built](double seconds) {
+    ++built;
+    return "after " + seconds_text(seconds);
+  };
+  // Due once `interval` has passed since the start, then since the last line printed (not since the last update).
+  struct Update {
+    double at;  // seconds after the start
+    bool prints;
+  };
+  std::vector<Update> const updates = {{0.5, false},
+                                       {interval - 0.01, false},
+                                       {interval, true},
+                                       {interval + 1, false},
+                                       {2 * interval - 0.01, false},
+                                       {2 * interval + 0.5, true},
+                                       {3 * interval + 0.49, false},
+                                       {3 * interval + 0.5, true}};
+  std::vector<std::string> expected;
+  for (Update const& u : updates) {
+    clock.now = start + u.at;
+    EXPECT_EQ(phase.update(status), u.prints) << "at " << u.at << " s";
+    if (u.prints) expected.push_back("reading x: after " + seconds_text(u.at));
+  }
+  EXPECT_EQ(built, 3) << "the status text is built only for a line printed";
+  EXPECT_EQ(lines_of(clock.out.str()), expected);
+}
+
+TEST(Progress, AFastPhaseIsSilentAndALongOneEndsWithItsDuration) {
+  ManualClock clock;
+  packing::Progress const progress = clock.progress();
+  double const interval = progress.interval_seconds;
+  {
+    packing::ProgressPhase fast(&progress, "fast");
+    clock.now += interval - 0.1;
+    EXPECT_FALSE(fast.update([](double) { return std::string("never"); }));
+    fast.done("12 batches");
+  }
+  EXPECT_EQ(clock.out.str(), "") << "a phase shorter than the interval prints nothing";
+  packing::ProgressPhase slow(&progress, "slow");
+  clock.now += interval + 3;
+  slow.done("12 batches");
+  EXPECT_EQ(lines_of(clock.out.str()), std::vector<std::string>{"slow: 12 batches in " + seconds_text(interval + 3)});
+}
+
+TEST(Progress, ANullOrSilentProgressPrintsNothingAndReadsNoClock) {
+  ManualClock clock;
+  packing::Progress silent = clock.progress();
+  silent.out = nullptr;
+  int built = 0;
+  for (packing::Progress const* p : {static_cast<packing::Progress const*>(nullptr),
+                                     static_cast<packing::Progress const*>(&silent)}) {
+    packing::ProgressPhase phase(p, "x");
+    for (int i = 0; i < 100; ++i) {
+      clock.now += 1;
+      EXPECT_FALSE(phase.update([&built](double) {
+        ++built;
+        return std::string();
+      }));
+    }
+    phase.done("y");
+  }
+  EXPECT_EQ(clock.reads, 0);
+  EXPECT_EQ(built, 0);
+}
+
+TEST(Progress, BeforeLineRunsBeforeEveryLineOnly) {
+  ManualClock clock;
+  packing::Progress progress = clock.progress();
+  std::string order;
+  progress.before_line = [&] { order += "[before " + std::to_string(lines_of(clock.out.str()).size()) + " lines]"; };
+  packing::ProgressPhase phase(&progress, "x");
+  phase.update([](double) { return std::string("a"); });  // not due
+  clock.now += progress.interval_seconds;
+  phase.update([](double) { return std::string("b"); });
+  clock.now += progress.interval_seconds;
+  phase.done("c");
+  EXPECT_EQ(order, "[before 0 lines][before 1 lines]");
+}
+
+// One clock read per line read: with a clock one second further on at each read, the lines due are predictable, and
+// the test derives their figures (lines, megabytes, share, rate) from the file's own text.
+TEST(Progress, AJsonlReadReportsLinesMegabytesShareAndRate) {
+  std::string line = "{\"input_ids\": [";
+  for (int i = 0; i < 150000; ++i) line += i ? ",1" : "1";
+  line += "]}";
+  int const lines = 7;
+  std::string text;
+  for (int i = 0; i < lines; ++i) text += line + "\n";
+  TempFile const file(text);
+
+  ManualClock clock;
+  packing::Progress progress = clock.progress();
+  progress.clock = [&clock] {
+    ++clock.reads;
+    return clock.now++;  // the read at the start gets t, the k-th line's read t + k
+  };
+  std::int64_t const count = packing::read_jsonl(file.path(), kVocab, [](Example&&) {}, &progress);
+  ASSERT_EQ(count, lines);
+  auto mb = [](double bytes) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.1f MB", bytes / 1e6);
+    return std::string(buf);
+  };
+  double const per_line = static_cast<double>(line.size() + 1), total = per_line * lines;
+  std::vector<std::string> expected;
+  for (int k = 2; k <= lines; k += 2) {  // due every 2 reads: after lines 2, 4, 6
+    char share[64];
+    std::snprintf(share, sizeof share, " (%.1f%%), %.1f MB/s", 100.0 * k * per_line / total, k * per_line / 1e6 / k);
+    expected.push_back("reading " + file.path() + ": " + std::to_string(k) + " lines, " + mb(k * per_line) + " of " +
+                       mb(total) + share);
+  }
+  // The end: one read after the last line, lines + 1 seconds after the start.
+  expected.push_back("reading " + file.path() + ": " + std::to_string(lines) + " examples from " +
+                     std::to_string(lines) + " lines, " + mb(total) + " in " + seconds_text(lines + 1));
+  EXPECT_EQ(lines_of(clock.out.str()), expected);
+}
+
+TEST(Progress, GroupsDigitsInThousands) {
+  EXPECT_EQ(packing::grouped(0), "0");
+  EXPECT_EQ(packing::grouped(999), "999");
+  EXPECT_EQ(packing::grouped(1000), "1,000");
+  EXPECT_EQ(packing::grouped(-1234567), "-1,234,567");
 }
 
 }  // namespace

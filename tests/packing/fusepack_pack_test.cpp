@@ -1,5 +1,5 @@
 // fusepack-pack as a user runs it: the table on a synthetic set and a JSONL file, exit code 2 with a message on
-// stderr (never a crash) for every bad input.
+// stderr (never a crash) for every bad input, and the model presets' vocabularies (--preset, the default's hint).
 #include "tests/support/env.h"
 #include "tests/support/run_binary.h"
 
@@ -7,7 +7,9 @@
 
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #ifndef FUSEPACK_PACK_BINARY
 #error "FUSEPACK_PACK_BINARY must name the fusepack-pack executable"
@@ -101,6 +103,102 @@ TEST(FusepackPack, TruncatePolicyReportsTheExamplesOverTheBudget) {
   BinaryResult const r = run_pack("--synthetic synthetic:n=50,median=900 --budget 100 --oversize truncate");
   ASSERT_EQ(r.exit_code, 0);
   EXPECT_NE(r.out.find("examples over the budget"), std::string::npos);
+}
+
+// The presets as the one preset table names them: fusepack-pack's message for an unknown preset lists them.
+std::vector<std::string> preset_names() {
+  BinaryResult const r = run_pack("--synthetic synthetic:n=5 --preset no-such-preset");
+  EXPECT_EQ(r.exit_code, 2);
+  std::string const known = "(known: ";
+  std::size_t const from = r.out.find(known);
+  EXPECT_NE(from, std::string::npos) << r.out;
+  if (from == std::string::npos) return {};
+  std::string const list = r.out.substr(from + known.size(), r.out.find(')', from) - from - known.size());
+  std::vector<std::string> names;
+  std::istringstream in(list);
+  for (std::string name; std::getline(in, name, ',');) names.push_back(name.substr(name.find_first_not_of(' ')));
+  return names;
+}
+
+std::string jsonl_with_ids_up_to(int largest) {
+  std::string const path = temp_path(".jsonl");
+  std::ofstream out(path);
+  for (int first = 0; first <= largest; first += 50) {
+    out << "{\"input_ids\": [";
+    for (int id = first; id < first + 50 && id <= largest; ++id) out << (id == first ? "" : ",") << id;
+    out << "]}\n";
+  }
+  return path;
+}
+
+std::string line_with(std::string const& out, std::string const& text) {
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);) {
+    if (line.find(text) != std::string::npos) return line;
+  }
+  return {};
+}
+
+TEST(FusepackPack, HelpListsEveryPresetOfThePresetTable) {
+  std::vector<std::string> const names = preset_names();
+  ASSERT_GE(names.size(), 2u);
+  BinaryResult const help = run_pack("--help");
+  ASSERT_EQ(help.exit_code, 0);
+  for (std::string const& name : names) {
+    EXPECT_NE(help.out.find(name + " (vocab "), std::string::npos) << "--help does not list preset " << name;
+  }
+}
+
+// The default vocabulary (the largest preset's) lets through ids that a smaller preset's model refuses: a one-line hint
+// names exactly the presets whose --preset check refuses the file, and --preset checks as fusepack-train --preset does.
+TEST(FusepackPack, TheDefaultVocabularyHintsAtEveryPresetThatWouldRefuseTheIds) {
+  std::string const path = jsonl_with_ids_up_to(300);
+  std::vector<std::string> refusing, accepting;
+  for (std::string const& name : preset_names()) {
+    BinaryResult const r = run_pack("--data " + path + " --preset " + name);
+    ASSERT_TRUE(r.exit_code == 0 || r.exit_code == 2) << r.out;
+    if (r.exit_code == 2) {
+      EXPECT_NE(r.out.find("outside the vocabulary [0, "), std::string::npos) << r.out;
+      refusing.push_back(name);
+    } else {
+      EXPECT_EQ(line_with(r.out, "hint:"), "") << "no hint once a preset is chosen";
+      accepting.push_back(name);
+    }
+  }
+  ASSERT_FALSE(refusing.empty()) << "ids up to 300 should exceed the smallest preset's vocabulary";
+  ASSERT_FALSE(accepting.empty());
+  BinaryResult const by_default = run_pack("--data " + path);
+  std::remove(path.c_str());
+  ASSERT_EQ(by_default.exit_code, 0) << by_default.out;
+  std::string const hint = line_with(by_default.out, "hint:");
+  ASSERT_NE(hint, "") << by_default.out;
+  EXPECT_LE(hint.size(), 120u) << hint;
+  EXPECT_NE(hint.find("ids reach 300"), std::string::npos) << hint;
+  // A name is followed by its vocabulary or, when the next preset shares it, a comma.
+  auto names = [&hint](std::string const& name) {
+    return hint.find(name + " (") != std::string::npos || hint.find(name + ", ") != std::string::npos;
+  };
+  for (std::string const& name : refusing) EXPECT_TRUE(names(name)) << name << " missing in: " << hint;
+  for (std::string const& name : accepting) EXPECT_FALSE(names(name)) << name << " named in: " << hint;
+}
+
+TEST(FusepackPack, IdsEveryPresetTakesGiveNoHint) {
+  std::string const path = jsonl_with_ids_up_to(9);
+  BinaryResult const r = run_pack("--data " + path);
+  std::remove(path.c_str());
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_EQ(line_with(r.out, "hint:"), "") << r.out;
+}
+
+TEST(FusepackPack, PresetErrorsNameTheFlag) {
+  expect_usage_error("--synthetic synthetic:n=5 --preset qwen35-9000b",
+                     "--preset: unknown model preset 'qwen35-9000b'");
+  expect_usage_error("--synthetic synthetic:n=5 --preset qwen35-tiny --vocab 10", "--vocab excludes --preset");
+  // As fusepack-train refuses a synthetic vocab= beyond the model's.
+  BinaryResult const fits = run_pack("--synthetic synthetic:n=5,vocab=1 --preset " + preset_names().front());
+  EXPECT_EQ(fits.exit_code, 0) << fits.out;
+  expect_usage_error("--synthetic synthetic:n=5,vocab=2147483648 --preset " + preset_names().front(),
+                     "exceeds the vocab_size");
 }
 
 }  // namespace

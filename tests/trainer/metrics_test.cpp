@@ -1,5 +1,6 @@
 // --metrics: the run's settings, then one JSON line per step with what the log line shows (and the step's memory on
-// a GPU), then the summary; read back, the steps are the run's to the bit. A run interrupted and resumed with the same
+// a GPU), an eval line after each evaluated step, then the summary; read back, the steps and evals are the run's to the
+// bit. A run interrupted and resumed with the same
 // file leaves one continuous curve equal to the uninterrupted run's. An existing file is refused unless the run
 // resumes or --overwrite is given.
 #include "tests/golden/e2e_support.h"
@@ -83,6 +84,38 @@ TEST(Metrics, AnExistingFileIsRefusedBeforeTheFirstStepUnlessOverwrite) {
   EXPECT_EQ(train::read_metrics_steps(path).size(), 0u);
   train::RunResult const r = train::run_training(c);
   EXPECT_EQ(train::read_metrics_steps(path).size(), r.steps.size());
+}
+
+TEST(Metrics, EachEvalFollowsItsStepAndReadsBackToTheBit) {
+  std::string const path = test_temp_path("metrics_eval", ".jsonl");
+  train::TrainConfig c = settings(path);
+  c.eval_data = "synthetic:n=16,median=30,sigma=0.6,max=128,prompt=0.25,seed=11";
+  c.eval_every = 4;
+  train::RunResult const r = train::run_training(c);
+  ASSERT_FALSE(r.evals.empty());
+  std::vector<train::EvalMetrics> const evals = train::read_metrics_evals(path);
+  ASSERT_EQ(evals.size(), r.evals.size());
+  for (std::size_t i = 0; i < evals.size(); ++i) {
+    EXPECT_EQ(evals[i].step, r.evals[i].step);
+    EXPECT_EQ(evals[i].loss, r.evals[i].loss) << "eval after step " << r.evals[i].step;
+    EXPECT_EQ(evals[i].targets, r.evals[i].targets);
+    EXPECT_EQ(evals[i].tokens, r.evals[i].tokens);
+    EXPECT_EQ(evals[i].examples, r.evals[i].examples);
+    EXPECT_EQ(evals[i].micro_batches, r.evals[i].micro_batches);
+  }
+  expect_same_steps(train::read_metrics_steps(path), r.steps);  // the step reader skips the eval lines
+  // Each eval line right after the line of its step; the settings line records the evaluation's.
+  std::vector<std::string> const lines = lines_of(path);
+  EXPECT_NE(lines.front().find("\"eval\":{\"data\":{"), std::string::npos) << lines.front();
+  EXPECT_NE(lines.front().find("\"every\":4"), std::string::npos) << lines.front();
+  std::size_t seen = 0;
+  for (std::size_t i = 1; i < lines.size(); ++i) {
+    if (lines[i].rfind("{\"eval\":", 0) != 0) continue;
+    std::string const step = "\"step\":" + std::to_string(r.evals[seen++].step) + ",";
+    EXPECT_NE(lines[i - 1].find(step), std::string::npos) << lines[i - 1] << "\n" << lines[i];
+    EXPECT_EQ(lines[i - 1].rfind("{\"eval\":", 0), std::string::npos);
+  }
+  EXPECT_EQ(seen, r.evals.size());
 }
 
 }  // namespace

@@ -2,17 +2,21 @@
 // summary; gradient accumulation (two micro-batches in one step == the same examples in one micro-batch, fp64);
 // the schedule's rate reaching each update; and fusepack-train run as a user runs it: a golden write → check round trip
 // (exit 0, PASS), a changed run failing the check (exit 1), fine-tuned weights written in HF format and loaded back,
-// and exit code 2 with a message for bad input.
+// and exit code 2 with a message for bad input. Evaluation (--eval-data) leaves the training unchanged to the bit and
+// reports the mean loss of its examples; the start lines are short summaries; long phases report their progress.
 #include "golden/golden_file.h"
 #include "packing/batch.h"
 #include "packing/packer.h"
 #include "packing/synthetic.h"
 #include "trainer/checkpoint/files.h"
+#include "trainer/checkpoint/qwen35_names.h"
 #include "trainer/checkpoint/safetensors.h"
 #include "trainer/model/batch.h"
 #include "trainer/model/config.h"
 #include "trainer/model/model.h"
+#include "trainer/parallel/collectives.h"
 #include "kernels/ops/rmsnorm.h"
+#include "packing/progress.h"
 #include "trainer/train/config.h"
 #include "trainer/train/profile.h"
 #include "trainer/train/report.h"
@@ -35,6 +39,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #ifndef FUSEPACK_TRAIN_BINARY
@@ -95,6 +100,13 @@ TEST(TrainConfig, EachBadFieldIsNamedWithItsValue) {
       {[](TrainConfig& c) { c.threads = -2; }, "threads must be >= 0"},
       {[](TrainConfig& c) { c.golden_write = c.golden_check = "g.json"; }, "name the same file 'g.json'"},
       {[](TrainConfig& c) { c.profile_step = 10; }, "profile_step must be in [0, steps = 10) or -1 (off); got 10"},
+      {[](TrainConfig& c) { c.eval_every = 5; }, "eval_every 5 is given but eval_data, the dataset to evaluate, is not"},
+      {[](TrainConfig& c) { c.eval_data = "eval.jsonl"; }, "eval_data is given but eval_every N, how often"},
+      {[](TrainConfig& c) {
+         c.eval_data = "eval.jsonl";
+         c.eval_every = -1;
+       },
+       "eval_every must be >= 1 (evaluate every N steps); got -1"},
   };
   for (Case const& k : cases) {
     TrainConfig c = valid_config();
@@ -152,6 +164,23 @@ TEST(Report, StepLogLineCarriesLossGradNormLrThroughputAndPadding) {
   std::printf("%s\n", line.c_str());
   for (char const* text : {"step  3/10", "loss 5.412346", "grad norm 1.2346", "lr 3.000e-04", "targets 1,498",
                            "tokens 1,600", "3,200 tok/s", "padding 20.0%"}) {
+    EXPECT_NE(line.find(text), std::string::npos) << "missing '" << text << "' in: " << line;
+  }
+}
+
+TEST(Report, EvalLogLineLinesUpWithTheStepLineOfItsStep) {
+  train::EvalMetrics e;
+  e.step = 3;
+  e.loss = 5.3987654;
+  e.targets = 2990;
+  e.tokens = 3104;
+  e.examples = 40;
+  e.seconds = 1.3;
+  std::string const line = train::eval_log_line(e, 10), step = train::step_log_line(sample_step(), 10);
+  std::printf("%s\n%s\n", step.c_str(), line.c_str());
+  EXPECT_EQ(line.rfind("eval  3/10  loss 5.398765  ", 0), 0u) << line;
+  EXPECT_EQ(line.find("  loss "), step.find("  loss ")) << "the loss columns line up";
+  for (char const* text : {"targets 2,990", "tokens 3,104", "examples 40", "1.3 s"}) {
     EXPECT_NE(line.find(text), std::string::npos) << "missing '" << text << "' in: " << line;
   }
 }
@@ -303,6 +332,12 @@ BinaryResult run_train(std::string const& args) { return run_binary(FUSEPACK_TRA
 
 std::string temp_path(std::string const& suffix) { return test_temp_path("fusepack_train", suffix); }
 
+// The log's lines stay within 120 columns (the full settings are in the metrics file and the golden).
+void expect_short_lines(std::string const& out) {
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);) EXPECT_LE(line.size(), 120u) << line;
+}
+
 // Two steps of two micro-batches on a dozen short examples: about a second.
 std::string const kSmallRun =
     "--preset qwen35-tiny --data synthetic:n=12,median=12,sigma=0.5,max=40,prompt=0.25,seed=3 --budget 64 "
@@ -339,7 +374,12 @@ TEST(FusepackTrain, GoldenWriteThenCheckRoundTripsAndAChangedRunFails) {
                                          golden_path);
   EXPECT_EQ(changed.exit_code, 1);
   EXPECT_NE(changed.out.find("FAIL"), std::string::npos);
-  EXPECT_NE(changed.out.find("note: the batching differs"), std::string::npos) << "the lr differs from the golden's";
+  EXPECT_NE(changed.out.find("note: the batching differs beyond the layout: /optimizer/lr 0.001 in the golden, 0.002 "
+                             "in the run\n"),
+            std::string::npos)
+      << "the lr differs from the golden's";
+  expect_short_lines(packed.out);
+  expect_short_lines(changed.out);
   std::remove(golden_path.c_str());
 }
 
@@ -427,6 +467,18 @@ TEST(FusepackTrain, ExitsWithCode2AndAMessageOnBadInput) {
       // Messages name the option typed, not TrainConfig's fields.
       {kSmallRun + " --budget 0", "invalid options: --budget must be >= 1; got 0"},
       {kSmallRun + " --warmup 3", "--warmup must be in [0, --steps = 2]; got 3"},
+      // The evaluation's two options come together, N >= 1.
+      {kSmallRun + " --eval-every 2", "--eval-every 2 is given but --eval-data, the dataset to evaluate, is not"},
+      {kSmallRun + " --eval-data synthetic:n=4", "--eval-data is given but --eval-every N, how often to evaluate it"},
+      {kSmallRun + " --eval-data synthetic:n=4 --eval-every 0", "--eval-every must be >= 1 (evaluate every N steps); "
+                                                                 "got 0"},
+      {kSmallRun + " --eval-data synthetic:n=4 --eval-every -3", "--eval-every must be >= 1"},
+      {kSmallRun + " --eval-every 1 --eval-data synthetic:n=4,vocab=1000", "--eval-data synthetic:n=4,vocab=1000: "
+                                                                          "vocab=1000 exceeds the model's vocab_size"},
+      {kSmallRun + " --eval-every 1 --eval-data /nonexistent/eval.jsonl", "--eval-data: no file '/nonexistent/eval"},
+      {kSmallRun + " --eval-every 1 --eval-data synthetic:n=4,min=100,median=100,max=100",
+       "--eval-data synthetic:n=4,min=100,median=100,max=100: example 0 has 100 tokens, more than the token budget "
+       "of 64"},
   };
   for (Case const& c : cases) {
     BinaryResult const r = run_train(c.args);
@@ -587,15 +639,15 @@ TEST(FusepackTrain, EpochsDeriveTheStepsFromTheEpochPlansDroppingAPartialLastSte
   ASSERT_EQ(r.exit_code, 0);
   std::string const line = "--epochs 3: 3 epochs of " + std::to_string(epochs[0].size()) + ", " +
                            std::to_string(epochs[1].size()) + " and " + std::to_string(epochs[2].size()) +
-                           " micro-batches; " + std::to_string(steps) + " steps of 2 micro-batches train " +
-                           std::to_string(steps * per_step) + " of them, " + std::to_string(left) +
-                           " left out (the last step would be partial)\n";
+                           " micro-batches; " + std::to_string(steps) + " steps x 2 micro-batches, " +
+                           std::to_string(left) + " left out\n";
   EXPECT_NE(r.out.find(line), std::string::npos) << "missing '" << line << "'";
   std::string const last = "step " + std::to_string(steps - 1) + "/" + std::to_string(steps) + "  loss";
   EXPECT_NE(r.out.find(last), std::string::npos) << "missing '" << last << "'";
   EXPECT_NE(r.out.find("summary: " + std::to_string(steps) + " steps,"), std::string::npos);
-  EXPECT_NE(r.out.find("\"epochs\":3"), std::string::npos) << "the batching line records the epochs";
-  EXPECT_NE(r.out.find("\"total_steps\":" + std::to_string(steps)), std::string::npos)
+  EXPECT_NE(r.out.find(" steps of 2 micro-batches, from --epochs 3\n"), std::string::npos)
+      << "the batching line records the epochs";
+  EXPECT_NE(r.out.find(" at step " + std::to_string(steps) + "\n"), std::string::npos)
       << "the schedule ends at the derived steps";
 }
 
@@ -620,6 +672,22 @@ TEST(FusepackTrain, EpochsRefuseStepsAndRunsShorterThanOneStepNamingTheNumbers) 
 
 bool exists(std::string const& path) { return ::access(path.c_str(), F_OK) == 0; }
 
+// qwen35-tiny's max_position_embeddings is 128: examples of up to 300 tokens (budget 512) pass it, and the run says
+// so; the small run's examples (at most 40) do not.
+TEST(FusepackTrain, ExamplesLongerThanTheModelsPositionsAreWarnedAbout) {
+  int const max_positions = static_cast<int>(model::preset("qwen35-tiny").max_position_embeddings);
+  ASSERT_EQ(max_positions, 128);
+  BinaryResult const r = run_train("--preset qwen35-tiny --data synthetic:n=8,median=200,sigma=0.1,max=300,seed=3 "
+                                   "--budget 512 --steps 1 --dry-run");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("warning: 8 examples are longer than the model's max_position_embeddings 128 (the longest: "),
+            std::string::npos)
+      << r.out;
+  BinaryResult const small = run_train(kSmallRun + " --dry-run");
+  ASSERT_EQ(small.exit_code, 0) << small.out;
+  EXPECT_EQ(small.out.find("max_position_embeddings"), std::string::npos) << small.out;
+}
+
 TEST(FusepackTrain, DryRunPrintsThePlanAndWritesNothing) {
   std::string const out_parent = temp_path("_out"), metrics = temp_path(".jsonl"), golden = temp_path(".json"),
                     save_dir = temp_path("_save");
@@ -633,6 +701,10 @@ TEST(FusepackTrain, DryRunPrintsThePlanAndWritesNothing) {
   for (auto const& e : epochs) tokens.insert(tokens.end(), e.begin(), e.end());
   ASSERT_GE(tokens.size(), 4u);
   tokens.resize(4);
+  std::vector<std::int64_t> sorted = tokens;
+  std::sort(sorted.begin(), sorted.end());
+  std::int64_t const middle_two = sorted[1] + sorted[2];  // the median of 4: the mean of the middle two
+  std::string const median = train::grouped(middle_two / 2) + (middle_two % 2 == 0 ? "" : ".5");
   ASSERT_EQ(epochs[0].size(), 3u) << "the epochs covered below assume 3 micro-batches in epoch 0";
   model::ModelOptions meta;
   meta.device = at::kMeta;
@@ -640,18 +712,18 @@ TEST(FusepackTrain, DryRunPrintsThePlanAndWritesNothing) {
   for (std::string const& text :
        {std::string("dry run: planning the run without training it or writing any file"),
         std::string("model: preset qwen35-tiny"),
-        std::string("plan: 12 examples, 161 tokens; 2 steps x 2 micro-batches = 4 micro-batches, 1.33 epochs\n"),
-        "per micro-batch: tokens min " + train::grouped(*std::min_element(tokens.begin(), tokens.end())) +
-            " / median ",
-        " / max " + train::grouped(*std::max_element(tokens.begin(), tokens.end())) + ", examples min ",
+        std::string("plan: 2 steps x 2 micro-batches = 4 micro-batches, 1.33 epochs\n"),
+        "per micro-batch (min / median / max): tokens " + train::grouped(sorted.front()) + " / " + median + " / " +
+            train::grouped(sorted.back()) + ", examples ",
         std::string("; padding 0.0% of "),
-        "memory: " + train::grouped(parameters) +
-            " parameters x 16 bytes (fp32 weights 4 + gradients 4 + AdamW moments 2 x 4) = ",
-        std::string("; activations not included\n"),
+        "memory: " + train::grouped(parameters) + " parameters x 16 bytes = ",
+        std::string("; activations not included\n  per parameter: fp32 weights 4 + gradients 4 + AdamW moments 2 x 4 "
+                    "bytes\n"),
         std::string("dry run: stopped before the first step; no file written")}) {
     EXPECT_NE(r.out.find(text), std::string::npos) << "missing '" << text << "'";
   }
   EXPECT_EQ(r.out.find("step 0/"), std::string::npos) << "a dry run trains no step";
+  expect_short_lines(r.out);
   for (std::string const& path : {out_parent, output, metrics, golden, save_dir}) {
     EXPECT_FALSE(exists(path)) << path << " was created by a dry run";
   }
@@ -659,7 +731,8 @@ TEST(FusepackTrain, DryRunPrintsThePlanAndWritesNothing) {
   BinaryResult const padded = run_train(kSmallRun + " --dry-run --batching padded --dtype fp64");
   ASSERT_EQ(padded.exit_code, 0);
   EXPECT_EQ(padded.out.find("; padding 0.0% of "), std::string::npos) << padded.out;
-  EXPECT_NE(padded.out.find(" parameters x 32 bytes (fp64 weights 8 + gradients 8 + AdamW moments 2 x 8)"),
+  EXPECT_NE(padded.out.find(" parameters x 32 bytes = "), std::string::npos);
+  EXPECT_NE(padded.out.find("per parameter: fp64 weights 8 + gradients 8 + AdamW moments 2 x 8 bytes"),
             std::string::npos);
   // The checks of a real run still apply: an existing metrics file is refused, as it would be by the run.
   std::ofstream(metrics) << "{}\n";
@@ -685,7 +758,7 @@ TEST(FusepackTrain, ADryRunDerivesTheStepsOfTheRealRun) {
   ASSERT_FALSE(summary.empty());
   std::int64_t const steps = std::stoll(summary.substr(9));
   ASSERT_GT(steps, 0);
-  EXPECT_NE(dry.out.find("plan: 12 examples, 161 tokens; " + std::to_string(steps) + " steps x 2 micro-batches = " +
+  EXPECT_NE(dry.out.find("plan: " + std::to_string(steps) + " steps x 2 micro-batches = " +
                          std::to_string(2 * steps) + " micro-batches"),
             std::string::npos)
       << dry.out;
@@ -720,6 +793,261 @@ TEST(FusepackTrain, AnEpochsRunResumesOnlyWithItsEpochs) {
   expect_usage_error(kSmallData + " --micro-batches 2 --steps " + steps + " --resume " + step2,
                      "/batching/epochs: 3 in the checkpoint, (absent) in this run");
   checkpoint::remove_tree(save_dir);
+}
+
+// ------------------------------------------------------------------------------------------------------------------
+// Evaluation (--eval-data, --eval-every)
+
+std::string const kEvalData = "synthetic:n=20,median=16,sigma=0.5,max=40,prompt=0.25,seed=9";
+
+// Five fp64 steps on one thread (reproducible to the bit) writing their final weights to `output`.
+TrainConfig eval_settings(std::string const& output) {
+  TrainConfig c = valid_config();
+  c.data = "synthetic:n=24,median=16,sigma=0.5,max=40,prompt=0.25,seed=3";
+  c.token_budget = 64;
+  c.micro_batches = 2;
+  c.steps = 5;
+  c.lr = 1e-3;
+  c.dtype = train::DType::kFloat64;
+  c.threads = 1;
+  c.seed = 5;
+  c.output_dir = output;
+  return c;
+}
+
+TEST(Eval, LeavesTheTrainingUnchangedToTheBit) {
+  std::string const plain_dir = temp_path("_plain"), eval_dir = temp_path("_eval");
+  TrainConfig const plain = eval_settings(plain_dir);
+  TrainConfig with_eval = eval_settings(eval_dir);
+  with_eval.eval_data = kEvalData;
+  with_eval.eval_every = 2;
+  train::RunResult const a = train::run_training(plain);
+  train::RunResult const b = train::run_training(with_eval);
+
+  ASSERT_EQ(a.steps.size(), b.steps.size());
+  for (std::size_t i = 0; i < a.steps.size(); ++i) {
+    EXPECT_EQ(a.steps[i].loss, b.steps[i].loss) << "step " << i;
+    EXPECT_EQ(a.steps[i].grad_norm, b.steps[i].grad_norm) << "step " << i;
+    EXPECT_EQ(a.steps[i].lr, b.steps[i].lr) << "step " << i;
+    EXPECT_EQ(a.steps[i].targets, b.steps[i].targets) << "step " << i;
+    EXPECT_EQ(a.steps[i].tokens, b.steps[i].tokens) << "step " << i;
+  }
+  // The eval's tokens are counted in its own lines only.
+  EXPECT_EQ(a.summary.tokens, b.summary.tokens);
+  EXPECT_EQ(a.summary.targets, b.summary.targets);
+  EXPECT_EQ(a.summary.examples, b.summary.examples);
+  EXPECT_TRUE(a.evals.empty());
+  // After every eval_every steps and after the last (0-based step numbers).
+  std::vector<std::int64_t> expected_steps, got_steps;
+  for (std::int64_t s = 0; s < with_eval.steps; ++s) {
+    if ((s + 1) % with_eval.eval_every == 0 || s + 1 == with_eval.steps) expected_steps.push_back(s);
+  }
+  for (train::EvalMetrics const& e : b.evals) got_steps.push_back(e.step);
+  EXPECT_EQ(got_steps, expected_steps);
+
+  checkpoint::Safetensors const x = checkpoint::read_checkpoint(plain_dir), y = checkpoint::read_checkpoint(eval_dir);
+  ASSERT_EQ(x.tensors.size(), y.tensors.size());
+  for (auto const& [name, t] : x.tensors) {
+    ASSERT_EQ(y.tensors.count(name), 1u) << name;
+    EXPECT_TRUE(at::equal(t, y.tensors.at(name))) << name << ": the final weights differ";
+  }
+  checkpoint::remove_tree(plain_dir);
+  checkpoint::remove_tree(eval_dir);
+}
+
+// The last evaluation runs on the final weights, which the run writes: loaded into a fresh fp64 model, each eval
+// example alone (a padded batch of one row) gives its summed cross-entropy; their sum over their targets is the mean
+// the run reported.
+TEST(Eval, TheLossIsTheMeanCrossEntropyOfTheEvalExamplesUnderTheFinalWeights) {
+  std::string const dir = temp_path("_eval_final");
+  TrainConfig c = eval_settings(dir);
+  c.eval_data = kEvalData;
+  c.eval_every = 100;  // only after the last step
+  train::RunResult const r = train::run_training(c);
+  ASSERT_EQ(r.evals.size(), 1u);
+  train::EvalMetrics const& e = r.evals.back();
+  EXPECT_EQ(e.step, c.steps - 1);
+
+  model::ModelOptions o;
+  o.dtype = at::kDouble;
+  model::Qwen35ForCausalLM m(model::preset(c.preset), o);
+  checkpoint::Qwen35TextCheckpoint const weights = checkpoint::read_qwen35_text_checkpoint(dir);
+  m.load_state(weights.tensors);
+  checkpoint::remove_tree(dir);
+  packing::SyntheticSpec base;
+  base.vocab_size = m.config().vocab_size;
+  std::vector<packing::Example> const examples =
+      packing::make_synthetic(packing::parse_synthetic_spec(kEvalData, base));
+  double loss_sum = 0;
+  std::int64_t targets = 0, tokens = 0;
+  for (std::size_t i = 0; i < examples.size(); ++i) {
+    packing::PaddedBatch const alone =
+        packing::make_padded_batch(examples, {static_cast<std::int64_t>(i)}, packing::kNoLengthLimit);
+    model::ForwardOutput const out = m.forward(model::make_model_batch(alone, at::kCPU));
+    loss_sum += out.loss_sum.item<double>();
+    targets += out.num_targets;
+    tokens += static_cast<std::int64_t>(examples[i].input_ids.size());
+  }
+  EXPECT_EQ(e.targets, targets);
+  EXPECT_EQ(e.tokens, tokens);
+  EXPECT_EQ(e.examples, static_cast<std::int64_t>(examples.size()));
+  double const mean = loss_sum / static_cast<double>(targets);
+  std::printf("eval loss %.17g, examples alone %.17g, rel diff %.2e\n", e.loss, mean, std::fabs(e.loss - mean) / mean);
+  // Only the summation order differs (packed micro-batches vs one example at a time), in fp64.
+  EXPECT_NEAR(e.loss, mean, 1e-12 * mean);
+  // Not the initial weights' loss: the evaluation saw the trained model.
+  model::Qwen35ForCausalLM fresh(model::preset(c.preset), [&] {
+    model::ModelOptions f = o;
+    f.seed = c.seed;
+    return f;
+  }());
+  double fresh_sum = 0;
+  for (std::size_t i = 0; i < examples.size(); ++i) {
+    packing::PaddedBatch const alone =
+        packing::make_padded_batch(examples, {static_cast<std::int64_t>(i)}, packing::kNoLengthLimit);
+    fresh_sum += fresh.forward(model::make_model_batch(alone, at::kCPU)).loss_sum.item<double>();
+  }
+  EXPECT_GT(std::fabs(fresh_sum / static_cast<double>(targets) - e.loss), 1e-6);
+}
+
+// Three ranks (Gloo, in threads) evaluate micro-batches r, r + 3, ... of the set and sum; one left without one in the
+// last round repeats the first and discards it, so all run the same forwards (their all-gathers are collectives).
+TEST(Eval, ShardedRanksReportTheOneProcessLossAndCounts) {
+  TrainConfig sharded = eval_settings("");
+  sharded.micro_batches = 1;
+  sharded.steps = 3;
+  sharded.eval_data = "synthetic:n=22,median=16,sigma=0.5,max=40,prompt=0.25,seed=9";  // 8 micro-batches at budget 64
+  sharded.eval_every = 2;
+  TrainConfig alone = sharded;  // 3 ranks x 1 micro-batch train the examples of one process with 3
+  alone.micro_batches = 3;
+  train::RunResult const three_alone = train::run_training(alone);
+  ASSERT_EQ(three_alone.evals.size(), 2u);
+  ASSERT_NE(three_alone.evals[0].micro_batches % 3, 0) << "the set should leave a rank without one in a round";
+
+  parallel::CollectivesOptions copts;
+  copts.timeout = std::chrono::seconds(120);
+  auto const group = parallel::local_gloo_group(3, copts);
+  std::vector<train::RunResult> ranks(3);
+  std::vector<std::string> errors(3);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        train::RunOptions o;
+        o.comm = group[static_cast<std::size_t>(r)];
+        ranks[static_cast<std::size_t>(r)] = train::run_training(sharded, o);
+      } catch (std::exception const& e) {
+        errors[static_cast<std::size_t>(r)] = e.what();
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int r = 0; r < 3; ++r) ASSERT_EQ(errors[static_cast<std::size_t>(r)], "") << "rank " << r;
+  for (train::RunResult const& rank : ranks) {
+    ASSERT_EQ(rank.evals.size(), three_alone.evals.size());
+    for (std::size_t i = 0; i < rank.evals.size(); ++i) {
+      train::EvalMetrics const& got = rank.evals[i];
+      train::EvalMetrics const& want = three_alone.evals[i];
+      EXPECT_EQ(got.step, want.step);
+      EXPECT_EQ(got.targets, want.targets);
+      EXPECT_EQ(got.tokens, want.tokens);
+      EXPECT_EQ(got.examples, want.examples);
+      EXPECT_NEAR(got.loss, want.loss, 1e-12 * want.loss) << "eval after step " << want.step;
+    }
+  }
+}
+
+// "step 1/2  loss ..." and "eval 1/2  loss ...": the eval line follows its step's line, its columns lined up.
+TEST(FusepackTrain, EvalLinesFollowTheirStepsLinedUpWithTheStepLines) {
+  BinaryResult const r = run_train(kSmallRun + " --eval-data " + kEvalData + " --eval-every 1");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  std::vector<std::string> lines;
+  std::istringstream in(r.out);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  int evals = 0;
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    if (lines[i].rfind("eval ", 0) != 0 || lines[i].find("  loss ") == std::string::npos) continue;
+    ++evals;
+    ASSERT_GT(i, 0u);
+    std::string const& step = lines[i - 1];
+    ASSERT_EQ(step.rfind("step ", 0), 0u) << "an eval line follows its step's line: " << step;
+    EXPECT_EQ(step.substr(4, step.find("  loss") - 4), lines[i].substr(4, lines[i].find("  loss") - 4));
+    EXPECT_EQ(step.find("  loss "), lines[i].find("  loss ")) << step << "\n" << lines[i];
+  }
+  EXPECT_EQ(evals, 2) << r.out;
+  expect_short_lines(r.out);
+  EXPECT_NE(r.out.find("eval: 20 examples, "), std::string::npos) << r.out;
+}
+
+// ------------------------------------------------------------------------------------------------------------------
+// Short start lines, presets from the one table, progress of long phases
+
+TEST(FusepackTrain, StartLinesAreShortSummariesAndTheMetricsFileKeepsTheFullSettings) {
+  std::string const metrics = temp_path(".jsonl");
+  BinaryResult const r = run_train(kSmallRun + " --metrics " + metrics);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  expect_short_lines(r.out);
+  packing::SyntheticSpec base;
+  base.vocab_size = model::preset("qwen35-tiny").vocab_size;
+  std::int64_t tokens = 0;
+  std::string const data = "synthetic:n=12,median=12,sigma=0.5,max=40,prompt=0.25,seed=3";
+  for (packing::Example const& e : packing::make_synthetic(packing::parse_synthetic_spec(data, base))) {
+    tokens += static_cast<std::int64_t>(e.input_ids.size());
+  }
+  for (std::string const& text :
+       {"\ndata: 12 examples, " + train::grouped(tokens) + " tokens, ", "; " + data + "\n",
+        std::string("\nbatching: packed (paired), budget 64, lookahead 64, oversize error; 2 steps of 2 "
+                    "micro-batches\n"),
+        std::string("\noptimizer: AdamW lr 0.001, betas 0.9/0.95, eps 1e-08, weight decay 0.1, clip 1; warmup 0, "
+                    "cosine to 0 at step 2\n")}) {
+    EXPECT_NE(r.out.find(text), std::string::npos) << "missing '" << text << "' in:\n" << r.out;
+  }
+  std::ifstream file(metrics);
+  std::string header;
+  std::getline(file, header);
+  std::remove(metrics.c_str());
+  for (char const* setting : {"\"batching\":{", "\"optimizer\":{", "\"schedule\":{", "\"token_budget\":64",
+                              "\"dataset\":{", "\"synthetic\":\"synthetic:n=12,vocab=256,median=12"}) {
+    EXPECT_NE(header.find(setting), std::string::npos) << "missing " << setting << " in the metrics header: " << header;
+  }
+}
+
+TEST(FusepackTrain, HelpListsEveryPresetOfThePresetTable) {
+  BinaryResult const help = run_train("--help");
+  ASSERT_EQ(help.exit_code, 0);
+  for (std::string const& name : model::preset_names()) {
+    EXPECT_NE(help.out.find(name), std::string::npos) << "--help does not list preset " << name;
+  }
+}
+
+// A clock that moves on `step` seconds at every read makes every phase look long; the steady clock keeps a small
+// run's phases (milliseconds) below the 2 s interval, so they print nothing.
+TEST(RunTraining, LongPhasesReportThroughTheProgressOptionAndFastOnesPrintNothing) {
+  TrainConfig c = valid_config();
+  c.data = "synthetic:n=12,median=12,sigma=0.5,max=40,seed=3";
+  c.token_budget = 64;
+  c.steps = 1;
+  c.threads = 1;
+  std::ostringstream fast_out;
+  packing::Progress fast;
+  fast.out = &fast_out;
+  train::RunOptions o;
+  o.progress = &fast;
+  train::run_training(c, o);
+  EXPECT_EQ(fast_out.str(), "");
+
+  std::ostringstream slow_out;
+  double now = 0;
+  packing::Progress slow;
+  slow.out = &slow_out;
+  slow.clock = [&now] { return now += 10; };
+  o.progress = &slow;
+  train::run_training(c, o);
+  std::printf("%s", slow_out.str().c_str());
+  for (std::string const& text : {"drawing " + c.data + ": 12 examples in ", std::string("planning epoch 0 (packed): "),
+                                  std::string("building the model: initialised in ")}) {
+    EXPECT_NE(slow_out.str().find(text), std::string::npos) << "missing '" << text << "'";
+  }
 }
 
 }  // namespace

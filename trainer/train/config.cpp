@@ -96,6 +96,8 @@ constexpr std::pair<char const*, char const*> kOptionOfField[] = {
     {"preset", "--preset"},
     {"model_config", "--config"},
     {"data", "--data"},
+    {"eval_data", "--eval-data"},
+    {"eval_every", "--eval-every"},
     {"token_budget", "--budget"},
     {"lookahead", "--lookahead"},
     {"micro_batches", "--micro-batches"},
@@ -151,6 +153,16 @@ void TrainConfig::validate(Naming naming) const {
     }
   }
   require(!data.empty(), n("data") + " is required: a JSONL file or a synthetic:... spec");
+
+  if (eval_every < 0) {
+    problems.push_back(n("eval_every") + " must be >= 1 (evaluate every N steps); got " + std::to_string(eval_every));
+  } else if (eval_every > 0 && eval_data.empty()) {
+    problems.push_back(n("eval_every") + " " + std::to_string(eval_every) + " is given but " + n("eval_data") +
+                       ", the dataset to evaluate, is not");
+  } else if (eval_every == 0 && !eval_data.empty()) {
+    problems.push_back(n("eval_data") + " is given but " + n("eval_every") + " N, how often to evaluate it (every N "
+                       "steps and after the last), is not");
+  }
 
   require(token_budget >= 1, n("token_budget") + " must be >= 1; got " + std::to_string(token_budget));
   require(lookahead >= 1, n("lookahead") + " must be >= 1; got " + std::to_string(lookahead));

@@ -48,6 +48,14 @@ struct TrainConfig {
   // model's vocab_size and may not exceed it).
   std::string data;
 
+  // ---- Evaluation (optional): a held-out dataset in data's syntax (a synthetic spec's vocab= defaults to the
+  // model's), cut into micro-batches by the batching settings below (the plan of its epoch 0). After every eval_every
+  // optimizer steps and after the last step, the run computes its mean loss (Σ CE / targets over the whole set)
+  // without gradients or an update, logs it and records it in the metrics file; the training is the same with or
+  // without it. Both or neither: eval_every >= 1 with eval_data, 0 (no evaluation) without.
+  std::string eval_data;
+  std::int64_t eval_every = 0;
+
   // ---- Batching.
   Batching batching = Batching::kPacked;
   packing::PlanMode pairing = packing::PlanMode::kPaired;

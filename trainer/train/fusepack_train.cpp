@@ -3,6 +3,7 @@
 // by torchrun (or with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set), each process is one rank of a sharded run.
 // Exit code 0 on success, 1 when --golden-check fails, 2 on any error (message on stderr), 128 + N when signal N
 // stopped the run between two steps (after saving a training checkpoint when --save-dir is given).
+#include "trainer/model/config.h"
 #include "trainer/parallel/collectives.h"
 #include "trainer/parallel/dist_env.h"
 #include "trainer/train/config.h"
@@ -109,14 +110,19 @@ int main(int argc, char** argv) {
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   Args args;
   TrainConfig& c = args.config;
-  app.add_option("--preset", c.preset,
-                 "model preset: qwen35-tiny, qwen35-tiny64, bench-200m, qwen35-0.8b, qwen35-27b, qwen35-27b-4layers");
+  std::string presets;
+  for (std::string const& name : model::preset_names()) presets += (presets.empty() ? "" : ", ") + name;
+  app.add_option("--preset", c.preset, "model preset: " + presets);
   app.add_option("--config", c.model_config, "Hugging Face config.json (or the folder holding it), instead of --preset");
   app.add_option("--weights", c.weights,
                  "initial weights: a safetensors file or a checkpoint folder (default: init from --seed)");
   app.add_option("--data", c.data, "JSONL file ({\"input_ids\": [...], \"labels\": [...]} per line) or "
                                    "synthetic:n=1000,median=900,sigma=0.9,min=1,max=8192,prompt=0,seed=1")
       ->required();
+  app.add_option("--eval-data", c.eval_data,
+                 "evaluation set, as --data: its mean loss (no gradient, no update) is logged and recorded in "
+                 "--metrics every --eval-every steps and after the last; cut into micro-batches as the training data");
+  app.add_option("--eval-every", c.eval_every, "with --eval-data: evaluate after every N optimizer steps (N >= 1)");
   app.add_option("--batching", args.batching, "packed or padded")->capture_default_str();
   app.add_option("--pairing", args.pairing,
                  "paired (padded batches hold exactly the packed batches' examples) or fill")
@@ -190,7 +196,9 @@ int main(int argc, char** argv) {
                  "naming the rank that did not take part")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  app.add_flag("!--no-progress", args.progress, "no progress bar (it is drawn only when stderr is a terminal)");
+  app.add_flag("!--no-progress", args.progress,
+               "no progress bar (drawn only when stderr is a terminal) and no progress lines of long phases (reading "
+               "a large dataset, planning epochs, building a large model: on stderr every 2 s)");
   app.add_flag("--dry-run", c.dry_run,
                "load the model config and data, check every setting, plan the run, print the plan (steps, epochs, "
                "tokens and examples per micro-batch, padding, memory of weights + gradients + AdamW state) and exit "
@@ -204,14 +212,22 @@ int main(int argc, char** argv) {
     return 2;
   }
   // An empty path would mean "none" to TrainConfig: `--output ''` (an unset shell variable) then wrote nothing.
-  for (char const* path_option : {"--preset", "--config", "--weights", "--data", "--output", "--save-dir", "--resume",
-                                  "--golden-write", "--golden-check", "--golden-baseline", "--metrics"}) {
+  for (char const* path_option : {"--preset", "--config", "--weights", "--data", "--eval-data", "--output",
+                                  "--save-dir", "--resume", "--golden-write", "--golden-check", "--golden-baseline",
+                                  "--metrics"}) {
     CLI::Option const* o = app.get_option(path_option);
     if (o->count() > 0 && o->results().back().empty()) {
       std::fprintf(stderr, "fusepack-train: %s is given an empty value; give one, or leave the option out\n",
                    path_option);
       return 2;
     }
+  }
+
+  // TrainConfig reads eval_every 0 as "not given": a given 0 (or less) is named here.
+  if (app.count("--eval-every") > 0 && c.eval_every < 1) {
+    std::fprintf(stderr, "fusepack-train: --eval-every must be >= 1 (evaluate every N steps); got %lld\n",
+                 static_cast<long long>(c.eval_every));
+    return 2;
   }
 
   // --epochs derives the steps from the data: --steps is left at 0 for it, and giving both is refused.
@@ -249,6 +265,9 @@ int main(int argc, char** argv) {
     options.command = command_line(argc, argv);
     options.log = env.rank == 0 ? &std::cout : nullptr;
     options.progress_bar = env.rank == 0 && args.progress && ::isatty(STDERR_FILENO) == 1;
+    packing::Progress progress;  // long phases (a large dataset, epoch plans, a large model) report every 2 s
+    progress.out = &std::cerr;
+    if (env.rank == 0 && args.progress) options.progress = &progress;
     bool const tolerance_given = !app.get_options([](CLI::Option const* o) {
                                         std::string const n = o->get_name();
                                         return o->count() > 0 && (n.find("-atol") != std::string::npos ||

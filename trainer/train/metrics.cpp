@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <functional>
 #include <stdexcept>
 #include <utility>
 
@@ -39,6 +40,18 @@ void MetricsFile::step(StepMetrics const& m, std::int64_t device_bytes) {
   line(j.dump());
 }
 
+void MetricsFile::eval(EvalMetrics const& m) {
+  Json j;
+  j["step"] = m.step;
+  j["loss"] = m.loss;
+  j["targets"] = m.targets;
+  j["tokens"] = m.tokens;
+  j["examples"] = m.examples;
+  j["micro_batches"] = m.micro_batches;
+  j["seconds"] = m.seconds;
+  line(Json{{"eval", j}}.dump());
+}
+
 void MetricsFile::summary(RunSummary const& s) {
   Json j;
   j["steps"] = s.steps;
@@ -61,10 +74,13 @@ void MetricsFile::line(std::string const& json) {
   if (!out_) throw std::runtime_error("--metrics: writing " + path_ + " failed (disk full?)");
 }
 
-std::vector<StepMetrics> read_metrics_steps(std::string const& path) {
+namespace {
+
+// Calls on_step / on_eval with each step or eval line of the metrics file `path`, in order; throws naming the line.
+void read_metrics(std::string const& path, std::function<void(Json const&)> const& on_step,
+                  std::function<void(Json const&)> const& on_eval) {
   std::ifstream in(path);
   if (!in) throw std::runtime_error("metrics file " + path + ": cannot be read");
-  std::vector<StepMetrics> steps;
   std::string text;
   for (std::int64_t n = 1; std::getline(in, text); ++n) {
     Json const j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
@@ -73,25 +89,62 @@ std::vector<StepMetrics> read_metrics_steps(std::string const& path) {
     };
     if (!j.is_object()) fail("not a JSON object");
     if (j.contains("run") || j.contains("summary")) continue;
-    if (!j.contains("step")) fail("neither a run, a step nor a summary line");
-    StepMetrics m;
     try {
-      m.step = j.at("step").get<std::int64_t>();
-      m.loss = j.at("loss").get<double>();
-      m.grad_norm = j.at("grad_norm").get<double>();
-      m.lr = j.at("lr").get<double>();
-      m.targets = j.at("targets").get<std::int64_t>();
-      m.tokens = j.at("tokens").get<std::int64_t>();
-      m.slots = j.at("slots").get<std::int64_t>();
-      m.examples = j.at("examples").get<std::int64_t>();
-      m.micro_batches = j.at("micro_batches").get<std::int64_t>();
-      m.seconds = j.at("seconds").get<double>();
+      if (j.contains("eval")) {
+        on_eval(j.at("eval"));
+      } else if (j.contains("step")) {
+        on_step(j);
+      } else {
+        fail("neither a run, a step, an eval nor a summary line");
+      }
     } catch (Json::exception const&) {
-      fail("a step line needs step, loss, grad_norm, lr, targets, tokens, slots, examples, micro_batches and seconds");
+      fail(j.contains("eval") ? "an eval line needs step, loss, targets, tokens, examples, micro_batches and seconds"
+                              : "a step line needs step, loss, grad_norm, lr, targets, tokens, slots, examples, "
+                                "micro_batches and seconds");
     }
-    steps.push_back(m);
   }
+}
+
+}  // namespace
+
+std::vector<StepMetrics> read_metrics_steps(std::string const& path) {
+  std::vector<StepMetrics> steps;
+  read_metrics(
+      path,
+      [&](Json const& j) {
+        StepMetrics m;
+        m.step = j.at("step").get<std::int64_t>();
+        m.loss = j.at("loss").get<double>();
+        m.grad_norm = j.at("grad_norm").get<double>();
+        m.lr = j.at("lr").get<double>();
+        m.targets = j.at("targets").get<std::int64_t>();
+        m.tokens = j.at("tokens").get<std::int64_t>();
+        m.slots = j.at("slots").get<std::int64_t>();
+        m.examples = j.at("examples").get<std::int64_t>();
+        m.micro_batches = j.at("micro_batches").get<std::int64_t>();
+        m.seconds = j.at("seconds").get<double>();
+        steps.push_back(m);
+      },
+      [](Json const&) {});
   return steps;
+}
+
+std::vector<EvalMetrics> read_metrics_evals(std::string const& path) {
+  std::vector<EvalMetrics> evals;
+  read_metrics(
+      path, [](Json const&) {},
+      [&](Json const& j) {
+        EvalMetrics m;
+        m.step = j.at("step").get<std::int64_t>();
+        m.loss = j.at("loss").get<double>();
+        m.targets = j.at("targets").get<std::int64_t>();
+        m.tokens = j.at("tokens").get<std::int64_t>();
+        m.examples = j.at("examples").get<std::int64_t>();
+        m.micro_batches = j.at("micro_batches").get<std::int64_t>();
+        m.seconds = j.at("seconds").get<double>();
+        evals.push_back(m);
+      });
+  return evals;
 }
 
 }  // namespace fusepack::train

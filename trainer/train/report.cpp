@@ -23,16 +23,6 @@ double share(std::int64_t part, std::int64_t whole) {
 
 }  // namespace
 
-std::string grouped(std::int64_t v) {
-  std::string const digits = std::to_string(v < 0 ? -v : v);
-  std::string out;
-  for (std::size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
-    out += digits[i];
-  }
-  return v < 0 ? "-" + out : out;
-}
-
 double StepMetrics::padding_share() const { return share(slots - tokens, slots); }
 
 double StepMetrics::tokens_per_second() const { return seconds > 0 ? static_cast<double>(tokens) / seconds : 0.0; }
@@ -58,6 +48,15 @@ std::string step_log_line(StepMetrics const& m, std::int64_t total_steps) {
                 grouped(static_cast<std::int64_t>(std::llround(m.tokens_per_second()))).c_str(),
                 percent(m.padding_share()).c_str());
   return std::string(head) + body;
+}
+
+std::string eval_log_line(EvalMetrics const& m, std::int64_t total_steps) {
+  int const width = static_cast<int>(std::to_string(total_steps).size());
+  char line[256];
+  std::snprintf(line, sizeof line, "eval %*lld/%lld  loss %.6f  targets %s  tokens %s  examples %s  %.1f s", width,
+                static_cast<long long>(m.step), static_cast<long long>(total_steps), m.loss,
+                grouped(m.targets).c_str(), grouped(m.tokens).c_str(), grouped(m.examples).c_str(), m.seconds);
+  return line;
 }
 
 std::string progress_bar(std::int64_t steps_done, std::int64_t total_steps, double tokens_per_second,

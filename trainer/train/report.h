@@ -3,6 +3,7 @@
 #pragma once
 
 #include "golden/golden_file.h"
+#include "packing/progress.h"
 
 #include <cstdint>
 #include <string>
@@ -27,6 +28,21 @@ struct StepMetrics {
   double tokens_per_second() const;  // real tokens / seconds (0 when seconds is 0)
   golden::StepRecord record() const;  // {step, loss, grad_norm, tokens = targets, lr}
 };
+
+// The mean loss over the whole evaluation set (TrainConfig::eval_data) after an optimizer step's update.
+struct EvalMetrics {
+  std::int64_t step = 0;           // the 0-based optimizer step after whose update the set was evaluated
+  double loss = 0;                 // Σ CE over every eval micro-batch / targets
+  std::int64_t targets = 0;        // supervised tokens of the eval set (as cut by the budget)
+  std::int64_t tokens = 0;         // real input tokens of the eval set
+  std::int64_t examples = 0;
+  std::int64_t micro_batches = 0;
+  double seconds = 0;              // wall time of the evaluation
+};
+
+// "eval    3/10  loss 5.398765  targets 2,990  tokens 3,104  examples 40  1.2 s": its columns line up with the step
+// line of the step it follows.
+std::string eval_log_line(EvalMetrics const& m, std::int64_t total_steps);
 
 // "step    3/10  loss 5.412345  grad norm 1.2346  lr 3.000e-04  targets 498  tokens 512  1,234 tok/s
 // padding 12.3%"
@@ -60,7 +76,7 @@ RunSummary summarize(std::vector<StepMetrics> const& steps, double wall_seconds)
 // 3.2101 (step 9)".
 std::string summary_text(RunSummary const& s);
 
-// 1234567 -> "1,234,567".
-std::string grouped(std::int64_t v);
+// 1234567 -> "1,234,567" (packing/progress.h).
+using packing::grouped;
 
 }  // namespace fusepack::train

@@ -235,30 +235,37 @@ struct Data {
   std::uint64_t content_hash;  // of every example's ids and labels
 };
 
-Data load_data(std::string const& data, std::int64_t vocab_size) {
+// `data` as given to `option` (--data or --eval-data, which messages name): a synthetic spec or a JSONL file.
+Data load_data(std::string const& data, std::string const& option, std::int64_t vocab_size,
+               packing::Progress const* progress) {
   Data d;
   if (is_synthetic(data)) {
     packing::SyntheticSpec base;
     base.vocab_size = vocab_size;  // the model's vocabulary unless the spec says vocab=
     packing::SyntheticSpec const spec = packing::parse_synthetic_spec(data, base);
     if (spec.vocab_size > vocab_size) {
-      throw std::invalid_argument("data " + data + ": vocab=" + std::to_string(spec.vocab_size) +
+      throw std::invalid_argument(option + " " + data + ": vocab=" + std::to_string(spec.vocab_size) +
                                   " exceeds the model's vocab_size " + std::to_string(vocab_size));
     }
+    packing::ProgressPhase phase(progress, "drawing " + data);
     d.examples = packing::make_synthetic(spec);
+    phase.done(grouped(static_cast<std::int64_t>(d.examples.size())) + " examples");
     d.description["synthetic"] = spec.str();
   } else {
     if (std::filesystem::is_directory(data)) {
-      throw std::invalid_argument("--data " + data + ": is a directory; give a JSONL file or a synthetic:... spec");
+      throw std::invalid_argument(option + " " + data + ": is a directory; give a JSONL file or a synthetic:... spec");
     }
     if (!std::filesystem::is_regular_file(data)) {
-      throw std::invalid_argument("data: no file '" + data + "' (give a JSONL file or a synthetic:... spec)");
+      throw std::invalid_argument(option + ": no file '" + data + "' (give a JSONL file or a synthetic:... spec)");
     }
-    packing::read_jsonl_numbered(data, vocab_size, [&](packing::Example&& ex, std::int64_t line) {
-      d.examples.push_back(std::move(ex));
-      d.lines.push_back(line);
-    });
-    if (d.examples.empty()) throw std::invalid_argument("data " + data + ": no examples (the file is empty)");
+    packing::read_jsonl_numbered(
+        data, vocab_size,
+        [&](packing::Example&& ex, std::int64_t line) {
+          d.examples.push_back(std::move(ex));
+          d.lines.push_back(line);
+        },
+        progress);
+    if (d.examples.empty()) throw std::invalid_argument(option + " " + data + ": no examples (the file is empty)");
     d.description["path"] = data;
   }
   std::int64_t tokens = 0, supervised = 0;
@@ -334,8 +341,9 @@ packing::PackerOptions packer_options(TrainConfig const& c) {
 // The micro-batches of epoch `epoch` in the layout the run trains on.
 std::vector<packing::BatchPlan> epoch_micro_batches(std::vector<std::int64_t> const& lengths,
                                                    packing::PackerOptions const& options, packing::PlanMode mode,
-                                                   Batching batching, std::uint64_t epoch) {
-  packing::EpochPlan plan = packing::plan_epoch(lengths, options, mode, epoch);
+                                                   Batching batching, std::uint64_t epoch,
+                                                   packing::Progress const* progress = nullptr) {
+  packing::EpochPlan plan = packing::plan_epoch(lengths, options, mode, epoch, progress);
   return batching == Batching::kPacked ? std::move(plan.packed) : std::move(plan.padded);
 }
 
@@ -343,8 +351,8 @@ std::vector<packing::BatchPlan> epoch_micro_batches(std::vector<std::int64_t> co
 class MicroBatchStream {
  public:
   MicroBatchStream(std::vector<std::int64_t> lengths, packing::PackerOptions options, packing::PlanMode mode,
-                   Batching batching)
-      : lengths_(std::move(lengths)), options_(options), mode_(mode), batching_(batching) {}
+                   Batching batching, packing::Progress const* progress = nullptr)
+      : lengths_(std::move(lengths)), options_(options), mode_(mode), batching_(batching), progress_(progress) {}
 
   packing::BatchPlan const& next() {
     while (next_ >= plans_.size()) start_epoch(epoch_);
@@ -371,7 +379,7 @@ class MicroBatchStream {
  private:
   // Draws epoch `epoch`'s plan (a function of the seed and the epoch) and starts at its first micro-batch.
   void start_epoch(std::uint64_t epoch) {
-    plans_ = epoch_micro_batches(lengths_, options_, mode_, batching_, epoch);
+    plans_ = epoch_micro_batches(lengths_, options_, mode_, batching_, epoch, progress_);
     next_ = 0;
     epoch_ = epoch + 1;
   }
@@ -380,10 +388,53 @@ class MicroBatchStream {
   packing::PackerOptions options_;
   packing::PlanMode mode_;
   Batching batching_;
+  packing::Progress const* progress_;
   std::vector<packing::BatchPlan> plans_;
   std::size_t next_ = 0;
   std::uint64_t epoch_ = 0;
 };
+
+// ---- Evaluation
+
+// The evaluation set (--eval-data) cut into micro-batches by the run's batching settings (the plan of its epoch 0), and
+// what those micro-batches hold (examples cut to the budget under --oversize truncate).
+struct EvalSet {
+  Data data;
+  std::vector<packing::BatchPlan> plans;
+  std::int64_t tokens = 0;
+  std::int64_t targets = 0;
+};
+
+EvalSet plan_eval_set(TrainConfig const& c, std::int64_t vocab_size, packing::PackerOptions const& options,
+                      packing::Progress const* progress) {
+  EvalSet e;
+  e.data = load_data(c.eval_data, "--eval-data", vocab_size, progress);
+  std::vector<std::int64_t> kept;
+  try {
+    kept = packing::budgeted_lengths(packing::example_lengths(e.data.examples), options);
+    e.plans = epoch_micro_batches(packing::example_lengths(e.data.examples), options, c.pairing, c.batching, 0,
+                                  progress);
+  } catch (std::invalid_argument const& error) {
+    throw std::invalid_argument("--eval-data " + c.eval_data + ": " + error.what());
+  }
+  for (std::size_t i = 0; i < kept.size(); ++i) {
+    std::vector<std::int32_t> const& labels = e.data.examples[i].labels;
+    e.tokens += kept[i];
+    for (std::int64_t p = 1; p < kept[i]; ++p) {
+      e.targets += labels[static_cast<std::size_t>(p)] != packing::kIgnoreIndex;
+    }
+  }
+  if (e.targets == 0) {
+    throw std::invalid_argument("--eval-data " + c.eval_data + ": no example has a target token (a label other than "
+                                "-100 after its first token); its loss would be 0 / 0");
+  }
+  return e;
+}
+
+// Whether the run evaluates after step `step` (0-based): after every eval_every steps and after the last.
+bool evaluates_after(TrainConfig const& c, std::int64_t step) {
+  return c.eval_every > 0 && ((step + 1) % c.eval_every == 0 || step + 1 == c.steps);
+}
 
 // ---- Provenance
 
@@ -460,6 +511,16 @@ Json run_fingerprint(TrainConfig const& c, model::Qwen35Config const& model_conf
   return f;
 }
 
+// The evaluation's settings: recorded in the metrics file's first line and compared between the ranks of a run.
+Json eval_settings(EvalSet const& e, TrainConfig const& c) {
+  Json j;
+  j["data"] = e.data.description;
+  j["data_hash"] = std::to_string(e.data.content_hash);
+  j["every"] = c.eval_every;
+  j["micro_batches"] = e.plans.size();
+  return j;
+}
+
 // Every rank's fingerprint against rank 0's; throws the same message on every rank when any differ, so they all
 // stop before the first collective of the run instead of training different things (or hanging).
 void check_same_settings(parallel::Collectives& comm, std::string const& fingerprint) {
@@ -484,18 +545,18 @@ void check_same_settings(parallel::Collectives& comm, std::string const& fingerp
 std::vector<std::string> provenance_differences(golden::Provenance const& golden, golden::Provenance const& run) {
   std::vector<std::string> notes;
   if (Json::parse(golden.model_config) != Json::parse(run.model_config)) notes.push_back("the model configs differ");
-  if (Json::parse(golden.dataset) != Json::parse(run.dataset)) {
-    notes.push_back("the datasets differ: golden " + golden.dataset + ", run " + run.dataset);
-  }
+  // One note per differing setting, named by its JSON pointer: short lines, not two whole JSON objects.
+  auto each_difference = [&notes](std::string const& what, std::string const& a, std::string const& b,
+                                  std::vector<std::string> const& ignore) {
+    for (SettingDifference const& d : setting_differences(a, b, ignore)) {
+      notes.push_back(what + ": " + d.path + " " + d.first + " in the golden, " + d.second + " in the run");
+    }
+  };
+  each_difference("the datasets differ", golden.dataset, run.dataset, {});
   if (golden.seed != run.seed) {
     notes.push_back("the seeds differ: golden " + std::to_string(golden.seed) + ", run " + std::to_string(run.seed));
   }
-  Json gb = Json::parse(golden.batching), rb = Json::parse(run.batching);
-  for (Json* b : {&gb, &rb}) {
-    b->erase("layout");
-    b->erase("backend");
-  }
-  if (gb != rb) notes.push_back("the batching differs beyond the layout: golden " + gb.dump() + ", run " + rb.dump());
+  each_difference("the batching differs beyond the layout", golden.batching, run.batching, {"layout", "backend"});
   return notes;
 }
 
@@ -545,15 +606,92 @@ class Log {
   bool shown_ = false;
 };
 
-std::string describe_model(model::Qwen35Config const& c, model::Qwen35ForCausalLM const& m, TrainConfig const& tc) {
+// Log lines stay within this many columns: the full settings are in the metrics file's first line and the golden's
+// provenance, not in the log.
+constexpr std::size_t kLineWidth = 120;
+
+// `text` cut in the middle to `width` characters ("/data/very/lo...set/train.jsonl"); as it is when it fits or when
+// `width` leaves no useful room.
+std::string shortened(std::string const& text, std::size_t width) {
+  if (text.size() <= width || width < 20) return text;
+  std::size_t const head = (width - 3) / 2;
+  return text.substr(0, head) + "..." + text.substr(text.size() - (width - 3 - head));
+}
+
+std::string number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+// Printed before the model is built (building a large one takes a while): what is built and its parameter count.
+std::string describe_model(model::Qwen35Config const& c, std::int64_t parameters, TrainConfig const& tc) {
   std::ostringstream os;
   os << "model: " << (tc.preset.empty() ? tc.model_config : "preset " + tc.preset) << ", " << c.num_hidden_layers
-     << " layers, hidden " << c.hidden_size << ", vocab " << c.vocab_size << ", " << grouped(m.num_parameters())
+     << " layers, hidden " << c.hidden_size << ", vocab " << c.vocab_size << ", " << grouped(parameters)
      << " parameters; " << dtype_name(tc.dtype) << " on " << tc.device << ", backend "
      << ops::backend_name(tc.backend)
      << (tc.checkpoint_every > 0 ? ", activation checkpointing " + activation_checkpointing_name(tc.checkpoint_every)
                                  : std::string());
   return os.str();
+}
+
+// "data: 128 examples, 5,120 tokens, 3,714 targets; synthetic:n=128,median=40" (the source as given, shortened to fit
+// the line; the metrics file's first line has the resolved spec).
+std::string data_line(Data const& d, std::string const& source) {
+  Json const& j = d.description;
+  std::string const counts = "data: " + grouped(j.at("examples").get<std::int64_t>()) + " examples, " +
+                             grouped(j.at("tokens").get<std::int64_t>()) + " tokens, " +
+                             grouped(j.at("targets").get<std::int64_t>()) + " targets; ";
+  return counts + shortened(source, kLineWidth - counts.size());
+}
+
+// A warning line when examples, as trained (cut to the budget under --oversize truncate), are longer than the model's
+// max_position_embeddings; empty otherwise. RoPE computes any position, so nothing fails, but a model pretrained up
+// to that length has never seen the positions past it: usually a dataset or --budget meant for another model.
+std::string positions_warning(std::vector<std::int64_t> const& kept, model::Qwen35Config const& m) {
+  std::int64_t longest = 0, over = 0;
+  for (std::int64_t len : kept) {
+    longest = std::max(longest, len);
+    over += len > m.max_position_embeddings;
+  }
+  if (over == 0) return {};
+  return "warning: " + grouped(over) + (over == 1 ? " example is" : " examples are") +
+         " longer than the model's max_position_embeddings " + grouped(m.max_position_embeddings) +
+         " (the longest: " + grouped(longest) + " tokens); it never saw positions past it";
+}
+
+// "eval: 40 examples, 3,104 tokens, 2,990 targets, 3 micro-batches, every 5 steps; synthetic:n=40,seed=9": the
+// tokens and targets as the micro-batches hold them (cut to the budget under --oversize truncate).
+std::string eval_line(EvalSet const& e, TrainConfig const& c) {
+  std::string const counts = "eval: " + grouped(static_cast<std::int64_t>(e.data.examples.size())) + " examples, " +
+                             grouped(e.tokens) + " tokens, " + grouped(e.targets) + " targets, " +
+                             grouped(static_cast<std::int64_t>(e.plans.size())) +
+                             (e.plans.size() == 1 ? " micro-batch" : " micro-batches") + ", every " +
+                             std::to_string(c.eval_every) + (c.eval_every == 1 ? " step; " : " steps; ");
+  return counts + shortened(c.eval_data, kLineWidth - counts.size());
+}
+
+// "batching: packed (paired), budget 8,192, lookahead 64, oversize error; 10 steps of 2 micro-batches" and with
+// several ranks "... of 4 micro-batches (2 per rank x 2 ranks)".
+std::string batching_line(TrainConfig const& c, int world) {
+  std::int64_t const per_step = c.micro_batches * world;
+  return std::string("batching: ") + batching_name(c.batching) + " (" + pairing_name(c.pairing) + "), budget " +
+         grouped(c.token_budget) + ", lookahead " + grouped(c.lookahead) + ", oversize " +
+         packing::oversize_policy_name(c.oversize) + "; " + grouped(c.steps) + (c.steps == 1 ? " step" : " steps") +
+         " of " + grouped(per_step) + (per_step == 1 ? " micro-batch" : " micro-batches") +
+         (world > 1 ? " (" + grouped(c.micro_batches) + " per rank x " + std::to_string(world) + " ranks)"
+                    : std::string()) +
+         (c.epochs > 0 ? ", from --epochs " + std::to_string(c.epochs) : std::string());
+}
+
+// "optimizer: AdamW lr 0.003, betas 0.9/0.95, eps 1e-08, weight decay 0.1, clip 1; warmup 2, cosine to 0.0003 at step
+// 10" (lr(steps) = min_lr: the end point of the decay, one past the last step).
+std::string optimizer_line(TrainConfig const& c) {
+  return "optimizer: AdamW lr " + number(c.lr) + ", betas " + number(c.beta1) + "/" + number(c.beta2) + ", eps " +
+         number(c.eps) + ", weight decay " + number(c.weight_decay) +
+         (c.clip_norm > 0 ? ", clip " + number(c.clip_norm) : std::string(", no clipping")) + "; warmup " +
+         std::to_string(c.warmup_steps) + ", cosine to " + number(c.min_lr) + " at step " + std::to_string(c.steps);
 }
 
 }  // namespace
@@ -647,6 +785,58 @@ optim::AllReduceSum all_reduce_sum(std::shared_ptr<parallel::Collectives> const&
   };
 }
 
+// The mean loss over the whole evaluation set after step `step`, without gradients (Trainer::evaluate). Rank r of W
+// evaluates micro-batches r, r + W, ...; losses and counts are summed over the ranks. Every rank runs the same number
+// of forwards (a sharded forward's all-gathers are collectives): one left without a micro-batch in the last round
+// evaluates the first one again and discards it.
+EvalMetrics evaluate(Trainer& trainer, EvalSet const& eval, std::int64_t step, TrainConfig const& c,
+                     packing::PackerOptions const& options, c10::Device device, int rank, int world,
+                     optim::AllReduceSum const& sum) {
+  Clock::time_point const start = Clock::now();
+  double loss_sum = 0;
+  std::int64_t targets = 0, tokens = 0, examples = 0;
+  std::size_t const n = eval.plans.size();
+  for (std::size_t first = 0; first < n; first += static_cast<std::size_t>(world)) {
+    std::size_t const i = first + static_cast<std::size_t>(rank);
+    packing::BatchPlan const& plan = eval.plans[i < n ? i : 0];
+    Trainer::EvalSums r;
+    std::int64_t batch_tokens = 0;
+    if (c.batching == Batching::kPacked) {
+      packing::PackedBatch const b = packing::packed_batch(eval.data.examples, plan, options);
+      batch_tokens = b.num_tokens();
+      r = trainer.evaluate(model::make_model_batch(b, device));
+    } else {
+      packing::PaddedBatch const b = packing::padded_batch(eval.data.examples, plan, options);
+      batch_tokens = b.num_tokens();
+      r = trainer.evaluate(model::make_model_batch(b, device));
+    }
+    if (i >= n) continue;  // the repeat that keeps this rank in step with the others
+    loss_sum += r.loss_sum;
+    targets += r.targets;
+    tokens += batch_tokens;
+    examples += static_cast<std::int64_t>(plan.size());
+  }
+  if (sum) {
+    at::Tensor totals = at::tensor(std::vector<double>{loss_sum, static_cast<double>(targets),
+                                                       static_cast<double>(tokens), static_cast<double>(examples)},
+                                   at::TensorOptions().dtype(at::kDouble));
+    sum(totals);
+    loss_sum = totals[0].item<double>();
+    targets = static_cast<std::int64_t>(totals[1].item<double>());
+    tokens = static_cast<std::int64_t>(totals[2].item<double>());
+    examples = static_cast<std::int64_t>(totals[3].item<double>());
+  }
+  EvalMetrics m;
+  m.step = step;
+  m.loss = loss_sum / static_cast<double>(targets);
+  m.targets = targets;
+  m.tokens = tokens;
+  m.examples = examples;
+  m.micro_batches = static_cast<std::int64_t>(n);
+  m.seconds = seconds_since(start);
+  return m;
+}
+
 // ---- Steps from --epochs, and the plan of a dry run
 
 std::string plural(std::int64_t n, std::string const& one, std::string const& many) {
@@ -659,7 +849,7 @@ std::string plural(std::int64_t n, std::string const& one, std::string const& ma
 // as given and no line. Throws std::invalid_argument when the epochs hold less than one step, or when --warmup or
 // --profile-step do not fit in the derived steps.
 TrainConfig resolve_steps(TrainConfig const& c, std::vector<std::int64_t> const& lengths, int world,
-                          std::string& line) {
+                          std::string& line, packing::Progress const* progress) {
   line.clear();
   if (c.epochs == 0) return c;
   packing::PackerOptions const popts = packer_options(c);
@@ -667,7 +857,8 @@ TrainConfig resolve_steps(TrainConfig const& c, std::vector<std::int64_t> const&
   std::int64_t total = 0;
   for (std::int64_t e = 0; e < c.epochs; ++e) {
     sizes.push_back(static_cast<std::int64_t>(
-        epoch_micro_batches(lengths, popts, c.pairing, c.batching, static_cast<std::uint64_t>(e)).size()));
+        epoch_micro_batches(lengths, popts, c.pairing, c.batching, static_cast<std::uint64_t>(e), progress)
+            .size()));
     total += sizes.back();
   }
   // "1 epoch of 57 micro-batches", "2 epochs of 57 and 61 micro-batches", "3 epochs of 57, 61 and 60 micro-batches";
@@ -696,9 +887,8 @@ TrainConfig resolve_steps(TrainConfig const& c, std::vector<std::int64_t> const&
   TrainConfig r = c;
   r.steps = total / per_step;
   std::int64_t const left = total - r.steps * per_step;
-  line = epochs + "; " + plural(r.steps, "step", "steps") + " of " + plural(per_step, "micro-batch", "micro-batches") +
-         " train " + grouped(r.steps * per_step) + " of them, " +
-         (left == 0 ? std::string("none left out") : grouped(left) + " left out (the last step would be partial)");
+  line = epochs + "; " + plural(r.steps, "step", "steps") + " x " + plural(per_step, "micro-batch", "micro-batches") +
+         ", " + (left == 0 ? std::string("none") : grouped(left)) + " left out";
   std::string problems;
   std::string const of = " the " + plural(r.steps, "step", "steps") + " of --epochs " + std::to_string(c.epochs);
   if (c.warmup_steps > r.steps) {
@@ -712,7 +902,7 @@ TrainConfig resolve_steps(TrainConfig const& c, std::vector<std::int64_t> const&
   return r;
 }
 
-// Least, median (the mean of the middle two for an even count) and most of a count over micro-batches.
+// Least, median (the mean of the middle two for an even count) and most of a count over micro-batches: "3 / 4.5 / 6".
 class Spread {
  public:
   void add(std::int64_t v) {
@@ -721,8 +911,7 @@ class Spread {
   }
   std::string str() const {
     if (n_ == 0) return "-";
-    return "min " + grouped(counts_.begin()->first) + " / median " + median() + " / max " +
-           grouped(counts_.rbegin()->first);
+    return grouped(counts_.begin()->first) + " / " + median() + " / " + grouped(counts_.rbegin()->first);
   }
 
  private:
@@ -751,22 +940,28 @@ std::string gib(double bytes) {
 // weights, gradients and AdamW state comes from the parameters' names and shapes (a model on the meta device, nothing
 // allocated or initialised).
 RunResult dry_run(TrainConfig const& c, RunResult result, Data const& data, std::vector<std::int64_t> const& lengths,
-                  std::string const& epochs_line, parallel::Collectives const* comm, Log& log) {
+                  std::string const& epochs_line, EvalSet const* eval, parallel::Collectives const* comm, Log& log,
+                  packing::Progress const* progress) {
   int const world = result.world_size;
   model::ModelOptions mopts = model_options(c);
   mopts.device = c10::kMeta;
   model::Qwen35ForCausalLM const model(result.model_config, mopts);
   log.line("dry run: planning the run without training it or writing any file");
-  log.line(describe_model(result.model_config, model, c) +
+  log.line(describe_model(result.model_config, model.num_parameters(), c) +
            (comm ? ", sharded over " + std::to_string(world) + " ranks (" + comm->backend_name() + ")" : ""));
-  log.line("data: " + data.description.dump());
-  log.line("batching: " + batching_description(c, world).dump());
+  log.line(data_line(data, c.data));
+  std::string const positions = positions_warning(packing::budgeted_lengths(lengths, packer_options(c)),
+                                                  result.model_config);
+  if (!positions.empty()) log.line(positions);
+  log.line(batching_line(c, world));
+  log.line(optimizer_line(c));
   if (!epochs_line.empty()) log.line(epochs_line);
+  if (eval) log.line(eval_line(*eval, c));
 
   // Every micro-batch the run trains, over all ranks, in order.
   packing::PackerOptions const popts = packer_options(c);
   std::vector<std::int64_t> const kept = packing::budgeted_lengths(lengths, popts);  // cut to the budget: trained
-  MicroBatchStream stream(lengths, popts, c.pairing, c.batching);
+  MicroBatchStream stream(lengths, popts, c.pairing, c.batching, progress);
   std::int64_t const per_step = c.micro_batches * world;
   std::int64_t const count = c.steps * per_step;
   Spread tokens, examples;
@@ -787,10 +982,8 @@ RunResult dry_run(TrainConfig const& c, RunResult result, Data const& data, std:
   double const epochs = static_cast<double>(stream.epochs_started() - 1) +
                         static_cast<double>(stream.next_in_epoch()) / static_cast<double>(stream.epoch_size());
   std::ostringstream plan;
-  plan << std::fixed << std::setprecision(2) << "plan: "
-       << plural(static_cast<std::int64_t>(data.examples.size()), "example", "examples")
-       << ", " << plural(data.description.at("tokens").get<std::int64_t>(), "token", "tokens") << "; "
-       << plural(c.steps, "step", "steps") << " x " << plural(per_step, "micro-batch", "micro-batches")
+  plan << std::fixed << std::setprecision(2) << "plan: " << plural(c.steps, "step", "steps") << " x "
+       << plural(per_step, "micro-batch", "micro-batches")
        << (world > 1 ? " (" + std::to_string(c.micro_batches) + " per rank x " + std::to_string(world) + " ranks)"
                      : std::string())
        << " = " << plural(count, "micro-batch", "micro-batches") << ", ";
@@ -803,10 +996,10 @@ RunResult dry_run(TrainConfig const& c, RunResult result, Data const& data, std:
   }
   log.line(plan.str());
   std::ostringstream per;
-  per << std::fixed << std::setprecision(1) << "per micro-batch: tokens " << tokens.str() << ", examples "
-      << examples.str() << "; padding "
+  per << std::fixed << std::setprecision(1) << "per micro-batch (min / median / max): tokens " << tokens.str()
+      << ", examples " << examples.str() << "; padding "
       << (slots > 0 ? 100.0 * static_cast<double>(slots - all_tokens) / static_cast<double>(slots) : 0.0) << "% of "
-      << grouped(slots) << " positions (" << grouped(all_tokens) << " tokens)";
+      << grouped(slots) << " positions";
   log.line(per.str());
 
   // Held from step to step: weights, gradients (in the master dtype), AdamW's two moments, and with bf16 compute
@@ -819,15 +1012,15 @@ RunResult dry_run(TrainConfig const& c, RunResult result, Data const& data, std:
   std::int64_t const per_param = 4 * master + compute;
   double const bytes = static_cast<double>(params) * static_cast<double>(per_param);
   std::string const master_name = mopts.dtype == at::kDouble ? "fp64" : "fp32";
-  std::string memory = "memory: " + grouped(params) + " parameters x " + std::to_string(per_param) + " bytes (" +
-                       master_name + " weights " + std::to_string(master) + " + gradients " + std::to_string(master) +
-                       " + AdamW moments 2 x " + std::to_string(master) +
-                       (compute > 0 ? " + " + std::string(dtype_name(c.dtype)) + " compute copy " +
-                                          std::to_string(compute)
-                                    : std::string()) +
-                       ") = " + gib(bytes);
+  std::string memory = "memory: " + grouped(params) + " parameters x " + std::to_string(per_param) + " bytes = " +
+                       gib(bytes);
   if (world > 1) memory += ", " + gib(bytes / world) + " per rank over " + std::to_string(world) + " ranks";
   log.line(memory + "; activations not included");
+  log.line("  per parameter: " + master_name + " weights " + std::to_string(master) + " + gradients " +
+           std::to_string(master) + " + AdamW moments 2 x " + std::to_string(master) +
+           (compute > 0 ? " + " + std::string(dtype_name(c.dtype)) + " compute copy " + std::to_string(compute)
+                        : std::string()) +
+           " bytes");
   if (!c.weights.empty()) log.line("weights: " + c.weights + " (not read by a dry run)");
   if (!c.resume.empty()) log.line("resume: " + c.resume + " (not read by a dry run; the plan is the whole run's)");
   log.line("dry run: stopped before the first step; no file written");
@@ -862,23 +1055,52 @@ RunResult run_training(TrainConfig const& given, RunOptions const& options) {
   if (!comm) check_device(given);
   if (given.threads > 0) at::set_num_threads(static_cast<int>(given.threads));
 
+  // Progress lines of long phases erase the progress bar first (both go to the terminal).
+  packing::Progress progress_settings;
+  packing::Progress const* reporting = nullptr;  // where long phases report; nullptr: silent
+  if (options.progress != nullptr) {
+    progress_settings = *options.progress;
+    progress_settings.before_line = [&log, also = options.progress->before_line] {
+      log.clear_bar();
+      if (also) also();
+    };
+    reporting = &progress_settings;
+  }
+
   RunResult result;
   result.rank = rank;
   result.world_size = world;
   result.model_config = load_model_config(given);
-  Data const data = load_data(given.data, result.model_config.vocab_size);
+  Data const data = load_data(given.data, "--data", result.model_config.vocab_size, reporting);
   check_targets(data, given.data, given);
   std::vector<std::int64_t> const lengths = packing::example_lengths(data.examples);
   // From here on the run's settings are `config`: with --epochs, its steps are the derived ones (the schedule, the
   // loop, the fingerprint and the provenance all see them).
   std::string epochs_line;
-  TrainConfig const config = resolve_steps(given, lengths, world, epochs_line);
+  TrainConfig const config = resolve_steps(given, lengths, world, epochs_line, reporting);
   result.total_steps = config.steps;
+  packing::PackerOptions const popts = packer_options(config);
+  std::optional<EvalSet> const eval =
+      config.eval_data.empty() ? std::nullopt
+                               : std::optional<EvalSet>(plan_eval_set(config, result.model_config.vocab_size, popts,
+                                                                      reporting));
   std::string const fingerprint = run_fingerprint(config, result.model_config, data, world).dump();
-  if (comm) check_same_settings(*comm, fingerprint);
+  if (comm) {
+    // The ranks must also agree on the evaluation (its forwards gather weights collectively); a checkpoint does not
+    // record it, so a resumed run may evaluate another set or none.
+    Json ranks = Json::parse(fingerprint);
+    if (eval) ranks["eval"] = eval_settings(*eval, config);
+    check_same_settings(*comm, ranks.dump());
+  }
   check_outputs(config, writer);
-  if (config.dry_run) return dry_run(config, std::move(result), data, lengths, epochs_line, comm.get(), log);
+  if (config.dry_run) {
+    return dry_run(config, std::move(result), data, lengths, epochs_line, eval ? &*eval : nullptr, comm.get(), log,
+                   reporting);
+  }
 
+  log.line(describe_model(result.model_config, model::parameter_count(result.model_config), config) +
+           (comm ? ", sharded over " + std::to_string(world) + " ranks (" + comm->backend_name() + ")" : ""));
+  packing::ProgressPhase building(reporting, "building the model");
   model::ModelOptions mopts = model_options(config);
   if (comm) mopts.device = c10::kMeta;  // the forward reads the sharded weights; the model holds names and shapes
   model::Qwen35ForCausalLM model(result.model_config, mopts);
@@ -891,8 +1113,6 @@ RunResult run_training(TrainConfig const& given, RunOptions const& options) {
     sopts.reshard_after_forward = config.reshard_after_forward;
     sharded = std::make_unique<parallel::FullyShardedWeights>(result.model_config, comm, sopts);
   }
-  log.line(describe_model(result.model_config, model, config) +
-           (comm ? ", sharded over " + std::to_string(world) + " ranks (" + comm->backend_name() + ")" : ""));
   if (!config.weights.empty()) {
     if (sharded) {
       parallel::LoadedRows const loaded = parallel::load_sharded_checkpoint(*sharded, config.weights);
@@ -911,13 +1131,16 @@ RunResult run_training(TrainConfig const& given, RunOptions const& options) {
   } else if (sharded) {
     sharded->init_parameters(config.seed);
   }
+  building.done(config.weights.empty() ? "initialised" : "weights loaded");
 
-  log.line("data: " + data.description.dump());
-
-  packing::PackerOptions const popts = packer_options(config);
-  MicroBatchStream stream(lengths, popts, config.pairing, config.batching);
-  log.line("batching: " + batching_description(config, world).dump());
+  log.line(data_line(data, config.data));
+  std::string const positions = positions_warning(packing::budgeted_lengths(lengths, popts), result.model_config);
+  if (!positions.empty()) log.line(positions);
+  MicroBatchStream stream(lengths, popts, config.pairing, config.batching, reporting);
+  log.line(batching_line(config, world));
+  log.line(optimizer_line(config));
   if (!epochs_line.empty()) log.line(epochs_line);
+  if (eval) log.line(eval_line(*eval, config));
 
   TrainerOptions topts;
   topts.adamw.beta1 = config.beta1;
@@ -937,6 +1160,7 @@ RunResult run_training(TrainConfig const& given, RunOptions const& options) {
       sharded ? std::make_unique<Trainer>(model, *sharded, sharded->parameters(), topts)
               : std::make_unique<Trainer>(model, *local, model_parameters(model), topts);
   optim::AllReduceSum const sum_counts = all_reduce_sum(comm, "all-reduce of the step's token counts");
+  optim::AllReduceSum const sum_eval = all_reduce_sum(comm, "all-reduce of the evaluation's loss and counts");
 
   // This rank's trainable tensors with their rows, as a training checkpoint stores them.
   std::vector<ParameterRows> rows;
@@ -972,10 +1196,11 @@ RunResult run_training(TrainConfig const& given, RunOptions const& options) {
   device_text << (comm ? c10::Device(device.type()) : device);
   std::optional<MetricsFile> metrics;
   if (writer && !config.metrics.empty()) {
-    metrics.emplace(config.metrics,
-                    golden::provenance_json(make_provenance(config, result.model_config, data, options.command, world,
-                                                    device_text.str())),
-                    /*append=*/!config.resume.empty());
+    // The run's whole settings (the golden provenance's fields, and the evaluation's), which the log only summarises.
+    Json run = Json::parse(golden::provenance_json(
+        make_provenance(config, result.model_config, data, options.command, world, device_text.str())));
+    if (eval) run["eval"] = eval_settings(*eval, config);
+    metrics.emplace(config.metrics, run.dump(), /*append=*/!config.resume.empty());
   }
   result.setup_seconds = seconds_since(start);
   if (device.is_cuda()) {  // the peak reported at the end is the training steps', not the loading's
@@ -1044,6 +1269,13 @@ RunResult run_training(TrainConfig const& given, RunOptions const& options) {
                                  " op calls did not run the requested backend " + ops::backend_name(config.backend));
       }
     }
+    // Not when stopping: an interrupted run saves and exits at once.
+    if (eval && stop == 0 && evaluates_after(config, s)) {
+      EvalMetrics const e = evaluate(*trainer, *eval, s, config, popts, device, rank, world, sum_eval);
+      result.evals.push_back(e);
+      log.line(eval_log_line(e, config.steps));
+      if (metrics) metrics->eval(e);
+    }
     if (config.save_every > 0 && (s + 1) % config.save_every == 0) save_now(s + 1);
     if (stop > 0) {
       result.interrupted_by = stop;
@@ -1102,8 +1334,8 @@ RunResult run_training(TrainConfig const& given, RunOptions const& options) {
         baseline ? golden::compare_with_baseline(*reference, baseline->steps, result.golden.steps,
                                                  unit_roundoff(config.dtype), baseline_budget(config.dtype))
                  : golden::compare(*reference, result.golden.steps, tolerance);
-    log.line("golden check against " + config.golden_check + " (" + reference->provenance.dtype + ", " +
-             reference->provenance.batching + ")" +
+    std::string const layout = Json::parse(reference->provenance.batching).value("layout", "?");
+    log.line("golden check against " + config.golden_check + " (" + reference->provenance.dtype + ", " + layout + ")" +
              (baseline ? ", allowed 2x the drift of " + config.golden_baseline + " + one " +
                              dtype_name(config.dtype) + " rounding step"
                        : std::string()) +

@@ -1,11 +1,12 @@
 // One fine-tuning run from a TrainConfig, what fusepack-train does: build the model (preset or config.json, optional
 // weights), load the data (JSONL or synthetic), plan epochs with the packer, group micro-batches into optimizer steps
-// (Trainer), log every step (and draw a progress bar), print the summary, write the fine-tuned weights, write the run
-// as a golden file and/or compare it with one step by step.
+// (Trainer), log every step (and draw a progress bar), evaluate a held-out set every N steps, print the summary, write
+// the fine-tuned weights, write the run as a golden file and/or compare it with one step by step.
 #pragma once
 
 #include "golden/compare.h"
 #include "golden/golden_file.h"
+#include "packing/progress.h"
 #include "trainer/model/batch.h"
 #include "trainer/model/config.h"
 #include "trainer/train/config.h"
@@ -39,6 +40,10 @@ struct RunOptions {
   std::ostream* log = nullptr;
   // Draw a progress bar on stderr, redrawn after each step line (fusepack-train: when stderr is a terminal).
   bool progress_bar = false;
+  // Long phases before the first step (reading a large dataset, planning epochs, building a large model) and planning
+  // a later epoch report here every 2 s while they run (packing/progress.h; fusepack-train: rank 0, on stderr);
+  // nullptr = silent.
+  packing::Progress const* progress = nullptr;
   // Tolerance of golden_check. Unset = golden::derived_tolerance(the run's dtype, the golden's).
   std::optional<golden::TolerancePolicy> tolerance;
   MicroBatchEdit edit_micro_batch;
@@ -70,6 +75,7 @@ struct RunResult {
   int interrupted_by = 0;       // the stop request (signal number) that ended the run early; 0 when it ran through
   std::string last_checkpoint;  // the training checkpoint saved last, if any
   std::vector<StepMetrics> steps;
+  std::vector<EvalMetrics> evals;  // with config.eval_data: after every eval_every steps and after the last
   RunSummary summary;
   golden::GoldenFile golden;                     // the run in the golden format, with its provenance
   std::optional<golden::Comparison> comparison;  // when config.golden_check was given

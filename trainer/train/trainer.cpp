@@ -95,4 +95,17 @@ StepResult Trainer::step(std::vector<model::ModelBatch> const& micro_batches) {
   return r;
 }
 
+Trainer::EvalSums Trainer::evaluate(model::ModelBatch const& micro_batch) {
+  at::NoGradGuard no_grad;
+  ops::reset_op_run_counts();
+  model::ForwardOutput const out = model_.forward(micro_batch, weights_);
+  std::vector<ops::OpRunCount> const stray = ops::op_runs_not_on(model_.backend());
+  if (!stray.empty()) {
+    throw std::runtime_error("Trainer::evaluate after step " + std::to_string(steps_taken_ - 1) + ": the run asked for "
+                             "the " + ops::backend_name(model_.backend()) + " backend, but " +
+                             ops::describe_op_runs(stray));
+  }
+  return {out.loss_sum.item<double>(), out.num_targets};
+}
+
 }  // namespace fusepack::train

@@ -54,6 +54,16 @@ class Trainer {
   // (kernels/ops/op_scope.h: each op records where it ran).
   StepResult step(std::vector<model::ModelBatch> const& micro_batches);
 
+  // One micro-batch's summed loss under the current weights, for evaluation: step()'s forward without gradients
+  // (at::NoGradGuard), backward or update, so the training that follows is the same with or without it. On this rank
+  // only (the caller sums over ranks). Throws std::runtime_error, as step() does, when an op of the forward ran another
+  // implementation than the model's backend.
+  struct EvalSums {
+    double loss_sum = 0;       // Σ token CE of the micro-batch
+    std::int64_t targets = 0;  // its labels != -100
+  };
+  EvalSums evaluate(model::ModelBatch const& micro_batch);
+
   std::int64_t steps_taken() const { return steps_taken_; }
   TrainerOptions const& options() const { return options_; }
   optim::AdamW const& optimizer() const { return adamw_; }
