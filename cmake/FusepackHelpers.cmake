@@ -2,6 +2,9 @@
 # CMakeLists.txt reads as a table of contents.
 
 set(FUSEPACK_CTEST_LABELS reference packing properties kernels gpu trainer golden distributed)
+# Where the tests' temporary files go (their TMPDIR).
+set(FUSEPACK_TEST_TMPDIR ${PROJECT_BINARY_DIR}/test-tmp)
+file(MAKE_DIRECTORY ${FUSEPACK_TEST_TMPDIR})
 
 function(fusepack_warnings target)
   target_compile_options(${target} PRIVATE
@@ -86,9 +89,11 @@ function(_fusepack_discover target filter labels timeout)
   if(filter)
     set(filter_args TEST_FILTER "${filter}")
   endif()
+  # TMPDIR: the files a test writes (std::filesystem::temp_directory_path, mkstemp, the tools it runs) go under the
+  # build folder, not the machine's /tmp, and leave with the build.
   gtest_discover_tests(${target}
     DISCOVERY_MODE PRE_TEST NO_PRETTY_VALUES TEST_LIST ${list_var} ${filter_args}
-    PROPERTIES TIMEOUT ${timeout} SKIP_REGULAR_EXPRESSION "  SKIPPED ")
+    PROPERTIES TIMEOUT ${timeout} SKIP_REGULAR_EXPRESSION "  SKIPPED " ENVIRONMENT "TMPDIR=${FUSEPACK_TEST_TMPDIR}")
   set(labels_script ${CMAKE_CURRENT_BINARY_DIR}/${target}_${index}_labels.cmake)
   file(WRITE ${labels_script}
     "if(${list_var})\n  set_tests_properties(\${${list_var}} PROPERTIES LABELS \"${labels}\")\nendif()\n")
