@@ -1335,11 +1335,15 @@ RunResult run_training(TrainConfig const& given, RunOptions const& options) {
                                                  unit_roundoff(config.dtype), baseline_budget(config.dtype))
                  : golden::compare(*reference, result.golden.steps, tolerance);
     std::string const layout = Json::parse(reference->provenance.batching).value("layout", "?");
-    log.line("golden check against " + config.golden_check + " (" + reference->provenance.dtype + ", " + layout + ")" +
-             (baseline ? ", allowed 2x the drift of " + config.golden_baseline + " + one " +
-                             dtype_name(config.dtype) + " rounding step"
-                       : std::string()) +
-             ":");
+    // The paths are shortened to keep the lines within kLineWidth wherever the files are.
+    std::string const head = "golden check against ";
+    std::string const tail = " (" + reference->provenance.dtype + ", " + layout + ")" + (baseline ? "," : ":");
+    log.line(head + shortened(config.golden_check, kLineWidth - head.size() - tail.size()) + tail);
+    if (baseline) {
+      std::string const allowed = "  allowed 2x the drift of ";
+      std::string const step = " + one " + std::string(dtype_name(config.dtype)) + " rounding step:";
+      log.line(allowed + shortened(config.golden_baseline, kLineWidth - allowed.size() - step.size()) + step);
+    }
     log.text(result.comparison->table());
   }
   if (!result.steps.empty()) {
