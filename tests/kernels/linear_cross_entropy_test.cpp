@@ -16,6 +16,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
+#include <ATen/record_function.h>
 #include <torch/csrc/autograd/autograd.h>
 
 #ifdef FUSEPACK_TEST_CUDA_MEMORY
@@ -24,9 +25,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <functional>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -161,21 +164,48 @@ TEST(LinearCrossEntropyChunked, Fp32StaysWithinTwiceTheCompositeError) {
   FUSEPACK_EXPECT_PASS(check_fused("dweight", a.dweight, b.dweight, e.dweight));
 }
 
-// Evaluation runs under at::NoGradGuard with parameters that still require grad: the forward then skips the
-// gradients (no backward can follow) and must still give the reference's loss.
-TEST(LinearCrossEntropyChunked, WithoutGradModeTheLossIsTheReferencesAndNothingIsRecorded) {
+// The ATen ops run on this thread while a RecordFunction callback is installed (a plain function: the callback API
+// takes a function pointer).
+std::vector<std::string> g_ops_run;
+std::unique_ptr<at::ObserverContext> record_op(at::RecordFunction const& fn) {
+  g_ops_run.emplace_back(fn.name());
+  return nullptr;
+}
+
+std::vector<std::string> ops_run_by(std::function<void()> const& body) {
+  g_ops_run.clear();
+  at::CallbackHandle const handle =
+      at::addThreadLocalCallback(at::RecordFunctionCallback(record_op).scopes({at::RecordScope::FUNCTION}));
+  body();
+  at::removeCallback(handle);
+  return g_ops_run;
+}
+
+bool ran(std::vector<std::string> const& ops, std::string const& op) {
+  return std::find(ops.begin(), ops.end(), op) != ops.end();
+}
+
+// Evaluation runs under at::NoGradGuard with parameters that still require grad: the forward then computes the
+// reference's loss and none of the gradient work, whose one-hot scatter (aten::scatter_add_) and weight-gradient
+// accumulation (aten::addmm_) it runs in grad mode.
+TEST(LinearCrossEntropyChunked, WithoutGradModeTheForwardComputesTheLossAndNoGradient) {
   auto rng = test_rng();
   Case const c = make_case(23, 5, 31, 3, rng);
   at::Tensor const h = to_torch(c.hidden, at::kDouble, at::kCPU).requires_grad_();
   at::Tensor const w = to_torch(c.weight, at::kDouble, at::kCPU).requires_grad_();
+  at::Tensor const labels = at::tensor(c.labels, at::kLong);
   at::Tensor loss;
-  {
-    at::NoGradGuard no_grad;
-    loss = ops::chunked_linear_cross_entropy(h, w, at::tensor(c.labels, at::kLong), 4);
-  }
-  EXPECT_FALSE(loss.requires_grad());
+  std::vector<std::string> const no_grad = ops_run_by([&] {
+    at::NoGradGuard guard;
+    loss = ops::chunked_linear_cross_entropy(h, w, labels, 4);
+  });
   double const want = reference(c).loss;
   EXPECT_NEAR(loss.item<double>(), want, 1e-12 * std::abs(want));
+  std::vector<std::string> const with_grad = ops_run_by([&] { ops::chunked_linear_cross_entropy(h, w, labels, 4); });
+  for (char const* op : {"aten::scatter_add_", "aten::addmm_"}) {
+    EXPECT_TRUE(ran(with_grad, op)) << op << ": the witness must see the gradient work in grad mode";
+    EXPECT_FALSE(ran(no_grad, op)) << op << " ran without grad mode";
+  }
 }
 
 TEST(LinearCrossEntropyChunked, NoTargetsGiveAZeroLossAndZeroGradients) {

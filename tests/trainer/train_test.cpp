@@ -672,15 +672,27 @@ TEST(FusepackTrain, EpochsRefuseStepsAndRunsShorterThanOneStepNamingTheNumbers) 
 
 bool exists(std::string const& path) { return ::access(path.c_str(), F_OK) == 0; }
 
-// qwen35-tiny's max_position_embeddings is 128: examples of up to 300 tokens (budget 512) pass it, and the run says
-// so; the small run's examples (at most 40) do not.
+// qwen35-tiny's max_position_embeddings is 128: some examples of a set with median 130 (budget 512) pass it, and
+// the run counts them, as this test counts them in the same synthetic set; the small run's examples (at most 40)
+// do not.
 TEST(FusepackTrain, ExamplesLongerThanTheModelsPositionsAreWarnedAbout) {
-  int const max_positions = static_cast<int>(model::preset("qwen35-tiny").max_position_embeddings);
+  std::int64_t const max_positions = model::preset("qwen35-tiny").max_position_embeddings;
   ASSERT_EQ(max_positions, 128);
-  BinaryResult const r = run_train("--preset qwen35-tiny --data synthetic:n=8,median=200,sigma=0.1,max=300,seed=3 "
-                                   "--budget 512 --steps 1 --dry-run");
+  std::string const spec = "synthetic:n=40,median=130,sigma=0.3,max=300,seed=3";
+  packing::SyntheticSpec base;
+  base.vocab_size = model::preset("qwen35-tiny").vocab_size;
+  std::int64_t over = 0, longest = 0;
+  for (packing::Example const& e : packing::make_synthetic(packing::parse_synthetic_spec(spec, base))) {
+    auto const len = static_cast<std::int64_t>(e.input_ids.size());
+    over += len > max_positions;
+    longest = std::max(longest, len);
+  }
+  ASSERT_GT(over, 1);
+  ASSERT_LT(over, 40);  // some, not all: the count is the examples', not the set's
+  BinaryResult const r = run_train("--preset qwen35-tiny --data " + spec + " --budget 512 --steps 1 --dry-run");
   ASSERT_EQ(r.exit_code, 0) << r.out;
-  EXPECT_NE(r.out.find("warning: 8 examples are longer than the model's max_position_embeddings 128 (the longest: "),
+  EXPECT_NE(r.out.find("warning: " + std::to_string(over) + " examples are longer than the model's "
+                       "max_position_embeddings 128 (the longest: " + std::to_string(longest) + " tokens)"),
             std::string::npos)
       << r.out;
   BinaryResult const small = run_train(kSmallRun + " --dry-run");
