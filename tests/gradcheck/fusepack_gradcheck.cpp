@@ -320,13 +320,18 @@ Result run_backend(OpSpec const& s, std::vector<at::Tensor> const& inputs, std::
   return r;
 }
 
+// The dtype of input or output `name` in a run of `dtype`: the op's fp32 tensors stay fp32 (fp64 in fp64 runs).
+Dtype tensor_dtype(OpSpec const& s, Dtype dtype, std::string const& name) {
+  if (!s.fp32_tensors.count(name)) return dtype;
+  return dtype == Dtype::kF64 ? Dtype::kF64 : Dtype::kF32;
+}
+
 // The inputs drawn as for a check (not rounded: nothing is compared), the fused op forward and backward.
 int run_fused_only(Options const& o, OpSpec const& s, Dtype dtype, at::Device device, std::mt19937_64& rng) {
   if (ops::parse_backend(o.backend) != ops::Backend::kFused) {
     throw std::invalid_argument("--fused-only runs the fused backend; got --backend " + o.backend);
   }
-  Dtype const fp32_dtype = dtype == Dtype::kF64 ? Dtype::kF64 : Dtype::kF32;
-  auto type_of = [&](std::string const& name) { return scalar_type(s.fp32_tensors.count(name) ? fp32_dtype : dtype); };
+  auto type_of = [&](std::string const& name) { return scalar_type(tensor_dtype(s, dtype, name)); };
   std::vector<at::Tensor> inputs, dys;
   for (size_t i = 0; i < s.inputs.size(); ++i) inputs.push_back(to_torch(s.inputs[i], type_of(s.names[i]), device));
   std::vector<at::Tensor> leaves;
@@ -389,8 +394,7 @@ int gradcheck(Options const& o) {
   OpSpec s = make_spec(o, rng, device);
   if (o.fused_only) return run_fused_only(o, s, dtype, device, rng);
   // Every tensor rounded to what the op receives, so the reference sees exactly the kernel's inputs.
-  Dtype const fp32_dtype = dtype == Dtype::kF64 ? Dtype::kF64 : Dtype::kF32;
-  auto dtype_of = [&](std::string const& name) { return s.fp32_tensors.count(name) ? fp32_dtype : dtype; };
+  auto dtype_of = [&](std::string const& name) { return tensor_dtype(s, dtype, name); };
   for (size_t i = 0; i < s.inputs.size(); ++i) round_to(dtype_of(s.names[i]), s.inputs[i]);
   progress("fp64 reference forward");
   Refs const ref_outs = s.ref_fwd(s.inputs);

@@ -949,9 +949,10 @@ RunResult dry_run(TrainConfig const& c, RunResult result, Data const& data, std:
   log.line("dry run: planning the run without training it or writing any file");
   log.line(describe_model(result.model_config, model.num_parameters(), c) +
            (comm ? ", sharded over " + std::to_string(world) + " ranks (" + comm->backend_name() + ")" : ""));
+  packing::PackerOptions const popts = packer_options(c);
+  std::vector<std::int64_t> const kept = packing::budgeted_lengths(lengths, popts);  // cut to the budget: trained
   log.line(data_line(data, c.data));
-  std::string const positions = positions_warning(packing::budgeted_lengths(lengths, packer_options(c)),
-                                                  result.model_config);
+  std::string const positions = positions_warning(kept, result.model_config);
   if (!positions.empty()) log.line(positions);
   log.line(batching_line(c, world));
   log.line(optimizer_line(c));
@@ -959,8 +960,6 @@ RunResult dry_run(TrainConfig const& c, RunResult result, Data const& data, std:
   if (eval) log.line(eval_line(*eval, c));
 
   // Every micro-batch the run trains, over all ranks, in order.
-  packing::PackerOptions const popts = packer_options(c);
-  std::vector<std::int64_t> const kept = packing::budgeted_lengths(lengths, popts);  // cut to the budget: trained
   MicroBatchStream stream(lengths, popts, c.pairing, c.batching, progress);
   std::int64_t const per_step = c.micro_batches * world;
   std::int64_t const count = c.steps * per_step;
