@@ -236,16 +236,20 @@ void expect_caught(std::string const& bug, ErrorReport const& r) {
   EXPECT_GT(r.budget_used, 1e6) << bug << ": caught, but not far above the tolerance";
 }
 
-TEST(Qwen35Layers, FixedPackMatchesTheReferenceComposition) {
-  auto rng = test_rng();
-  Qwen35Config const c = tiny();
-  Pack const p = make_pack(kFixedLengths, c.hidden_size, rng);
+// Each block (attention, Gated DeltaNet, MLP) with fresh random weights on pack `p`, against the composition.
+void expect_every_block_matches(Pack const& p, Qwen35Config const& c, std::mt19937_64& rng) {
   AttentionWeights const wa = draw_attention(c, rng);
   GatedDeltaNetWeights const wd = draw_deltanet(c, rng);
   MlpWeights const wm = draw_mlp(c, rng);
   FUSEPACK_EXPECT_PASS(check_attention(p, wa, wa, c));
   FUSEPACK_EXPECT_PASS(check_deltanet(p, wd, wd, c));
   FUSEPACK_EXPECT_PASS(check_mlp(p, wm, wm));
+}
+
+TEST(Qwen35Layers, FixedPackMatchesTheReferenceComposition) {
+  auto rng = test_rng();
+  Qwen35Config const c = tiny();
+  expect_every_block_matches(make_pack(kFixedLengths, c.hidden_size, rng), c, rng);
 }
 
 // Random packs: 1..5 examples of 0..12 tokens, fresh weights and input every case. Empty examples (and an empty pack)
@@ -262,13 +266,7 @@ TEST(Qwen35Layers, RandomPacksMatchTheReferenceComposition) {
     if (i % 3 == 1) lengths[uniform_int(rng, 0, count - 1)] = 0;
     empty_examples += static_cast<int>(std::count(lengths.begin(), lengths.end(), 0));
     SCOPED_TRACE("case " + std::to_string(i) + ", lengths " + lengths_str(lengths));
-    Pack const p = make_pack(lengths, c.hidden_size, rng);
-    AttentionWeights const wa = draw_attention(c, rng);
-    GatedDeltaNetWeights const wd = draw_deltanet(c, rng);
-    MlpWeights const wm = draw_mlp(c, rng);
-    FUSEPACK_EXPECT_PASS(check_attention(p, wa, wa, c));
-    FUSEPACK_EXPECT_PASS(check_deltanet(p, wd, wd, c));
-    FUSEPACK_EXPECT_PASS(check_mlp(p, wm, wm));
+    expect_every_block_matches(make_pack(lengths, c.hidden_size, rng), c, rng);
   }
   std::printf("[ measured ] %d random packs, %d empty examples among them\n", n, empty_examples);
 }
