@@ -1,7 +1,9 @@
-// trainer/optim in fp64 on the CPU: AdamW against hand-derived values and an independent scalar loop of the torch
-// formula (weight decay, bias correction, state, checkpoint resume), the decay rule on Qwen3.5 names, the cosine
-// schedule at its key steps, clipping by global norm (below, at and above max_norm, over ranks, non-finite), and
-// step-level loss normalisation (sum / total, gradients equal to the full batch's, the per-micro-batch mean caught).
+// trainer/optim, on the CPU in fp64 unless said: AdamW against hand-derived values and an independent scalar loop of
+// the torch formula (weight decay, bias correction, state, checkpoint resume), its fused and foreach kernels (fp32,
+// fp64; CPU, and CUDA in *Cuda*) against that loop within a bound derived from counting roundings, the decay rule on
+// Qwen3.5 names, the cosine schedule at its key steps, clipping by global norm (below, at and above max_norm, over
+// ranks, mixed dtypes, non-finite), and step-level loss normalisation (sum / total, gradients equal to the full
+// batch's, the per-micro-batch mean caught).
 #include "trainer/optim/adamw.h"
 #include "trainer/optim/grad_clip.h"
 #include "trainer/optim/loss_normalization.h"
@@ -16,6 +18,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -44,8 +47,8 @@ at::Tensor randn(std::vector<int64_t> const& shape, std::mt19937_64& rng, double
   return t;
 }
 
-std::vector<double> values(at::Tensor const& t) {
-  at::Tensor const c = t.detach().to(at::kDouble).contiguous();
+std::vector<double> values(at::Tensor const& t) {  // any device and dtype: fp64 on the host
+  at::Tensor const c = t.detach().to(at::kCPU, at::kDouble).contiguous();
   return std::vector<double>(c.data_ptr<double>(), c.data_ptr<double>() + c.numel());
 }
 
@@ -89,6 +92,7 @@ struct ScalarAdamW {
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01;
   bool bias_correction = true;
   bool decoupled = true;  // false: the L2 penalty folded into the gradient (Adam with weight_decay), a planted bug
+  int step_offset = 0;    // the bias corrections use t + step_offset: 1 counts the increment twice, a planted bug
 
   void step(std::vector<double>& p, std::vector<double>& m, std::vector<double>& v, std::vector<double> const& g,
             int t, double lr, bool decay) const {
@@ -98,8 +102,8 @@ struct ScalarAdamW {
       if (decay && decoupled) p[i] = p[i] - lr * weight_decay * p[i];
       m[i] = beta1 * m[i] + (1 - beta1) * grad;
       v[i] = beta2 * v[i] + (1 - beta2) * grad * grad;
-      double const m_hat = bias_correction ? m[i] / (1 - std::pow(beta1, t)) : m[i];
-      double const v_hat = bias_correction ? v[i] / (1 - std::pow(beta2, t)) : v[i];
+      double const m_hat = bias_correction ? m[i] / (1 - std::pow(beta1, t + step_offset)) : m[i];
+      double const v_hat = bias_correction ? v[i] / (1 - std::pow(beta2, t + step_offset)) : v[i];
       p[i] = p[i] - lr * m_hat / (std::sqrt(v_hat) + eps);
     }
   }
@@ -290,58 +294,341 @@ TEST(AdamW, StateRestoredFromACheckpointContinuesBitForBit) {
                      "exp_avg has shape [5]");
 }
 
-// The update runs as list operations (torch's foreach path); on the GPU their kernels differ from the single-tensor
-// ones, so the arithmetic is checked there too: fp32 parameters of mixed sizes (one past a multi-tensor chunk, so a
-// tensor spans chunks), decayed and not, against torch's single-tensor sequence written out here, bit for bit. Checks
-// of gradients and clipping by the same rule: the foreach norms and the scaled gradients equal their per-tensor forms.
-TEST(AdamW, FusedCudaListUpdateEqualsTheSingleTensorSequenceBitForBit) {
+// ------------------------------------------------------------------------------------------------------------------
+// AdamW's kernels (the fused kernel on CUDA, the foreach operations on the CPU) against the fp64 reference
+
+// The inputs: mixed shapes (65,537 elements: one past a multi-tensor chunk of 65,536, so a tensor spans chunks; 1, 7
+// and 3·5: not multiples of a vector width), decayed (the matrices) and not, four steps with lr changing per step,
+// values of the run's dtype (drawn in fp64, rounded), torch's default betas and eps, weight decay 0.1.
+struct KernelCase {
+  std::vector<std::string> names;
+  std::vector<bool> decayed;
+  std::vector<at::Tensor> init;                // [param]: fp64 holding values of `dtype`
+  std::vector<std::vector<at::Tensor>> grads;  // [step][param]: likewise
+  std::vector<double> lrs;                     // [step]
+  at::ScalarType dtype = at::kFloat;
+  AdamWOptions options;
+};
+
+KernelCase kernel_case(std::mt19937_64& rng, at::ScalarType dtype) {
+  std::vector<std::vector<int64_t>> const shapes = {{65537}, {3, 5}, {7}, {128, 129}, {1}};
+  KernelCase c;
+  c.dtype = dtype;
+  c.lrs = {2e-3, 1e-2, 5e-3, 1e-3};
+  c.options.weight_decay = 0.1;
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    bool const decayed = shapes[i].size() == 2;
+    c.names.push_back("model.layers." + std::to_string(i) +
+                      (decayed ? ".mlp.up_proj.weight" : ".input_layernorm.weight"));
+    c.decayed.push_back(decayed);
+    c.init.push_back(randn(shapes[i], rng).to(dtype).to(at::kDouble));
+  }
+  for (std::size_t t = 0; t < c.lrs.size(); ++t) {
+    c.grads.emplace_back();
+    for (auto const& shape : shapes) c.grads.back().push_back(randn(shape, rng).to(dtype).to(at::kDouble));
+  }
+  return c;
+}
+
+// The reference loop (ScalarAdamW, fp64) and, per element, a first-order bound on how far a kernel computing in unit
+// roundoff u (2^-24 for fp32, 2^-53 for fp64) can land from it, by counting roundings: each one errs by at most u
+// times the magnitude rounded, and an fp64 constant taken into the kernel's dtype (β, lr, eps, ...) by u relative;
+// 1 − β computed in the kernel's dtype from the rounded β errs by e = u·(β/(1 − β) + 1) relative (CUDA's fused kernel
+// does; 19u at β = 0.95, the dominant term for v). Per step and element, counted for the operation orders of torch's
+// fused kernels (CUDA, CPU) and of the foreach operations (those that compute a part in fp64 round fewer times):
+//   m ← β1·m + (1 − β1)·g, or m + (1 − β1)·(g − m): at most 4 roundings of magnitudes ≤ M = |m| + (1 − β1)·|g|,
+//       and (1 − β1)'s error e1 on |g| + |m|: δm ← δm + 4u·M + e1·(1 − β1)·(|g| + |m|) (the earlier error is carried
+//       with weight β1 < 1, bounded by 1);
+//   v ← β2·v + (1 − β2)·g·g: 6 roundings (2 constants, 3 products, the sum) of non-negative terms and (1 − β2)'s
+//       error: relative error ρ ← ρ + 6u + e2;
+//   lr·r = (lr/bc1)·m / (√v/√bc2 + eps): 8 roundings (3 constants, sqrt, 2 divisions, the product, eps's sum), half
+//       of ρ through the sqrt, the bias corrections' own error e_bc (1 − β^t in the kernel's dtype, with pow within
+//       2 ulps: u·(4β^t/bc + 1) each, bc2's halved by the sqrt), and m's error scaled:
+//       δ(lr·r) = lr·|r|·(8u + ρ/2 + e_bc) + lr·δm / (bc1·(√v̂ + eps));
+//   p ← p·(1 − lr·wd) − lr·r: the decay constant and product and the difference:
+//       δp ← δp + 3u·|p| + u·lr·|r| + δ(lr·r).
+// The bound B is δp (δm, ρ·v) after the last step. An fp32 kernel must land within B: the reference's own fp64
+// roundings are 2^-29 times smaller. An fp64 kernel within 2B: the reference rounds (no more often than the kernel)
+// in the same precision. Here, where |p| > 0.5, B is 12 to 13 u of |p| for fp32 (8e-7 relative) and 13 to 50 u for
+// fp64 (2B: up to 1.1e-14 relative, bc2's cancellation at t = 2 included); the planted errors are 1.7e-3 of |p|
+// (decay on the undecayed list), NaN (t − 1: 1 − β^0 = 0) and 25% of the first update (t + 1).
+struct BoundedReference {
+  std::vector<ScalarParam> ref;             // [param]
+  std::vector<std::vector<double>> dp, dm;  // [param][element]: B for p and for m
+  double rho = 0;                           // relative bound for v
+};
+
+BoundedReference bounded_reference(KernelCase const& c, ScalarAdamW const& adam, bool decay_all = false) {
+  double const u = c.dtype == at::kDouble ? std::ldexp(1.0, -53) : std::ldexp(1.0, -24);
+  BoundedReference r;
+  for (at::Tensor const& p : c.init) {
+    std::size_t const n = static_cast<std::size_t>(p.numel());
+    r.ref.push_back({values(p), std::vector<double>(n, 0.0), std::vector<double>(n, 0.0)});
+    r.dp.emplace_back(n, 0.0);
+    r.dm.emplace_back(n, 0.0);
+  }
+  for (std::size_t s = 0; s < c.lrs.size(); ++s) {
+    int const t = static_cast<int>(s) + 1;
+    double const lr = c.lrs[s];
+    // 1 − β taken from β rounded into the kernel's dtype: β's rounding (u·β) relative to 1 − β (19u at β = 0.95).
+    double const e1 = u * (adam.beta1 / (1 - adam.beta1) + 1), e2 = u * (adam.beta2 / (1 - adam.beta2) + 1);
+    r.rho += 6 * u + e2;
+    double const b1t = std::pow(adam.beta1, t), b2t = std::pow(adam.beta2, t);
+    double const bc1 = 1 - b1t, bc2 = 1 - b2t;
+    // The bias corrections 1 − β^t, in the kernel's dtype on the fused paths (pow within 2 ulps, then the cancellation).
+    double const e_bc = u * (4 * b1t / bc1 + 1) + u * (4 * b2t / bc2 + 1) / 2;
+    for (std::size_t i = 0; i < c.init.size(); ++i) {
+      ScalarParam& x = r.ref[i];
+      std::vector<double> const p_prev = x.p, m_prev = x.m;
+      std::vector<double> const g = values(c.grads[s][i]);
+      adam.step(x.p, x.m, x.v, g, t, lr, decay_all || c.decayed[i]);
+      for (std::size_t k = 0; k < g.size(); ++k) {
+        r.dm[i][k] += 4 * u * (std::fabs(m_prev[k]) + (1 - adam.beta1) * std::fabs(g[k])) +
+                      e1 * (1 - adam.beta1) * (std::fabs(g[k]) + std::fabs(m_prev[k]));
+        double const denom = std::sqrt(x.v[k] / bc2) + adam.eps;
+        double const lr_r = lr * std::fabs(x.m[k] / bc1 / denom);
+        double const d_lr_r = lr_r * (8 * u + r.rho / 2 + e_bc) + lr * r.dm[i][k] / (bc1 * denom);
+        r.dp[i][k] += 3 * u * std::fabs(p_prev[k]) + u * lr_r + d_lr_r;
+      }
+    }
+  }
+  return r;
+}
+
+// The reference and two planted variants a kernel must be told apart from: the bias corrections one step ahead (the
+// increment counted twice) and decay on every parameter (the weight decay passed to the undecayed list).
+struct References {
+  BoundedReference exact, step_ahead, decay_everywhere;
+};
+
+References references(KernelCase const& c) {
+  ScalarAdamW textbook;
+  textbook.beta1 = c.options.beta1;
+  textbook.beta2 = c.options.beta2;
+  textbook.eps = c.options.eps;
+  textbook.weight_decay = c.options.weight_decay;
+  ScalarAdamW step_ahead = textbook;
+  step_ahead.step_offset = 1;
+  return {bounded_reference(c, textbook), bounded_reference(c, step_ahead),
+          bounded_reference(c, textbook, /*decay_all=*/true)};
+}
+
+struct KernelRun {
+  std::vector<at::Tensor> p, m, v;  // [param] after the last step, fp64 on the CPU
+};
+
+KernelRun run_adamw(KernelCase const& c, at::Device device, optim::AdamWKernel kernel) {
+  std::vector<NamedParameter> params;
+  // Copies (to() returns the tensor itself when it already has the device and dtype: fp64 on the CPU).
+  for (std::size_t i = 0; i < c.init.size(); ++i) {
+    params.push_back(named(c.names[i], c.init[i].to(device, c.dtype).clone()));
+  }
+  AdamWOptions options = c.options;
+  options.kernel = kernel;
+  AdamW adamw(params, options);
+  for (std::size_t i = 0; i < params.size(); ++i) EXPECT_EQ(adamw.decays(c.names[i]), c.decayed[i]) << c.names[i];
+  for (std::size_t s = 0; s < c.lrs.size(); ++s) {
+    for (std::size_t i = 0; i < params.size(); ++i) set_grad(params[i], c.grads[s][i].to(device, c.dtype));
+    adamw.step(c.lrs[s]);
+  }
+  KernelRun run;
+  for (NamedParameter const& p : params) {
+    AdamWState const& s = adamw.state(p.name);
+    EXPECT_EQ(s.step, static_cast<int64_t>(c.lrs.size())) << p.name;
+    run.p.push_back(p.param.detach().to(at::kCPU, at::kDouble).clone());
+    run.m.push_back(s.exp_avg.to(at::kCPU, at::kDouble).clone());
+    run.v.push_back(s.exp_avg_sq.to(at::kCPU, at::kDouble).clone());
+  }
+  return run;
+}
+
+// Elements of x outside |x − ref| <= bound (NaN is outside), how many are NaN, and the largest finite
+// |x − ref| / bound.
+struct Excess {
+  int64_t outside = 0;
+  int64_t nan = 0;
+  double worst = 0;
+};
+
+Excess excess(at::Tensor const& x, std::vector<double> const& ref, std::vector<double> const& bound) {
+  std::vector<double> const xs = values(x);
+  Excess e;
+  for (std::size_t k = 0; k < xs.size(); ++k) {
+    double const d = std::fabs(xs[k] - ref[k]);
+    if (!(d <= bound[k])) ++e.outside;
+    if (std::isnan(d)) ++e.nan;
+    if (bound[k] > 0 && d / bound[k] > e.worst) e.worst = d / bound[k];
+  }
+  return e;
+}
+
+std::vector<double> scaled(std::vector<double> bound, double scale) {
+  for (double& b : bound) b *= scale;
+  return bound;
+}
+
+// p, m and v of `run` within the bound of the reference (2B for fp64); p outside it for the planted variants: the
+// step-ahead one somewhere (the four steps' changes to a value can cancel, so not on every one), the decay one
+// somewhere on the undecayed parameters (the only ones it changes: by lr·wd·|p|, so not on a value near 0).
+void expect_matches_reference(std::string const& label, KernelCase const& c, References const& r,
+                              KernelRun const& run) {
+  double const scale = c.dtype == at::kDouble ? 2.0 : 1.0;
+  double worst = 0, step_ahead_most = 0, decay_most = 0;
+  int64_t step_ahead_outside = 0, decay_outside = 0;
+  for (std::size_t i = 0; i < c.init.size(); ++i) {
+    ScalarParam const& ref = r.exact.ref[i];
+    std::vector<double> const dp = scaled(r.exact.dp[i], scale);
+    std::vector<double> v_bound(ref.v.size());
+    for (std::size_t k = 0; k < v_bound.size(); ++k) v_bound[k] = scale * r.exact.rho * ref.v[k];
+    Excess const p = excess(run.p[i], ref.p, dp), m = excess(run.m[i], ref.m, scaled(r.exact.dm[i], scale)),
+                 v = excess(run.v[i], ref.v, v_bound);
+    EXPECT_EQ(p.outside, 0) << label << ": " << c.names[i] << " p; worst |p − ref| / bound " << p.worst
+              << ", NaN: " << p.nan;
+    EXPECT_EQ(m.outside, 0) << label << ": " << c.names[i] << " m; worst |m − ref| / bound " << m.worst
+              << ", NaN: " << m.nan;
+    EXPECT_EQ(v.outside, 0) << label << ": " << c.names[i] << " v; worst |v − ref| / bound " << v.worst
+              << ", NaN: " << v.nan;
+    worst = std::max({worst, p.worst, m.worst, v.worst});
+    Excess const ahead = excess(run.p[i], r.step_ahead.ref[i].p, dp);
+    step_ahead_outside += ahead.outside;
+    step_ahead_most = std::max(step_ahead_most, ahead.worst);
+    if (!c.decayed[i]) {
+      Excess const decay = excess(run.p[i], r.decay_everywhere.ref[i].p, dp);
+      decay_outside += decay.outside;
+      decay_most = std::max(decay_most, decay.worst);
+    }
+  }
+  EXPECT_GT(step_ahead_outside, 0) << label << ": every value is within the bound of the step-ahead variant";
+  EXPECT_GT(decay_outside, 0) << label << ": the undecayed parameters are within the bound of the decayed variant";
+  std::printf("[ measured ] %s: worst |x − ref| / bound %.3f; the planted variants' up to %.3g (step ahead), %.3g "
+              "(decay)\n", label.c_str(), worst, step_ahead_most, decay_most);
+}
+
+// Two runs on the same inputs, each within B of the reference (the test above and the *Cuda* ones), so within 2B of
+// each other: p, m and v of `a` against `b`'s.
+void expect_runs_agree(std::string const& label, KernelCase const& c, BoundedReference const& r, KernelRun const& a,
+                       KernelRun const& b) {
+  double worst = 0;
+  for (std::size_t i = 0; i < c.init.size(); ++i) {
+    std::vector<double> v_bound = values(b.v[i]);
+    for (double& x : v_bound) x *= 2 * r.rho * (1 + r.rho);  // 2ρ·v_ref, and v_ref <= v_b·(1 + ρ)
+    Excess const p = excess(a.p[i], values(b.p[i]), scaled(r.dp[i], 2)),
+                 m = excess(a.m[i], values(b.m[i]), scaled(r.dm[i], 2)), v = excess(a.v[i], values(b.v[i]), v_bound);
+    EXPECT_EQ(p.outside, 0) << label << ": " << c.names[i] << " p; worst |a − b| / 2B " << p.worst
+              << ", NaN: " << p.nan;
+    EXPECT_EQ(m.outside, 0) << label << ": " << c.names[i] << " m; worst |a − b| / 2B " << m.worst
+              << ", NaN: " << m.nan;
+    EXPECT_EQ(v.outside, 0) << label << ": " << c.names[i] << " v; worst |a − b| / 2B " << v.worst
+              << ", NaN: " << v.nan;
+    worst = std::max({worst, p.worst, m.worst, v.worst});
+  }
+  std::printf("[ measured ] %s: worst |a − b| / 2B %.3f\n", label.c_str(), worst);
+}
+
+char const* dtype_name(at::ScalarType dtype) { return dtype == at::kDouble ? "fp64" : "fp32"; }
+
+// On the CPU both kernels run: the fused one (forced: the CUDA code path, with torch's CPU fused kernel) and the
+// foreach one (the CPU default, which must stay torch's default AdamW to the bit, NOTES.md). Planted in the code,
+// the step count before the increment (t − 1: 1 − β^0 = 0, NaN at step 1) or the weight decay passed to the undecayed
+// list fails this test through the fused run; on a GPU, the *Cuda* tests below.
+TEST(AdamW, FusedAndForeachUpdatesStayWithinTheRoundingBoundOfTheFp64Reference) {
+  for (at::ScalarType dtype : {at::kFloat, at::kDouble}) {
+    auto rng = test_rng();
+    KernelCase const c = kernel_case(rng, dtype);
+    References const refs = references(c);
+    KernelRun const fused = run_adamw(c, at::kCPU, optim::AdamWKernel::kFused);
+    KernelRun const foreach_ops = run_adamw(c, at::kCPU, optim::AdamWKernel::kForeach);
+    expect_matches_reference(std::string("CPU fused ") + dtype_name(dtype), c, refs, fused);
+    expect_matches_reference(std::string("CPU foreach ") + dtype_name(dtype), c, refs, foreach_ops);
+    expect_runs_agree(std::string("CPU fused vs foreach ") + dtype_name(dtype), c, refs.exact, fused, foreach_ops);
+    KernelRun const automatic = run_adamw(c, at::kCPU, optim::AdamWKernel::kAuto);
+    for (std::size_t i = 0; i < c.init.size(); ++i) {
+      EXPECT_TRUE(at::equal(automatic.p[i], foreach_ops.p[i])) << c.names[i] << ": the CPU default is not foreach";
+    }
+  }
+}
+
+// The fused kernel on the GPU, fp32 master weights (training's case). Catches, planted in AdamW::fused_update: the
+// step count before the increment (t − 1: NaN from step 1) and the weight decay passed to the undecayed list (off by
+// Σ lr·wd·|p| = 1.7e-3 of |p|: 2.5e3 times the bound on the CPU run).
+TEST(AdamW, CudaFusedFp32UpdateStaysWithinTheRoundingBoundOfTheFp64Reference) {
   FUSEPACK_SKIP_WITHOUT_CUDA();
   auto rng = test_rng();
-  at::TensorOptions const cuda = at::TensorOptions().dtype(at::kFloat).device(at::kCUDA);
-  std::vector<std::vector<int64_t>> const shapes = {{65537}, {3, 5}, {7}, {128, 129}, {1}};
-  std::vector<NamedParameter> params, singles;
-  for (std::size_t i = 0; i < shapes.size(); ++i) {
-    at::Tensor const p = randn(shapes[i], rng).to(cuda);
-    std::string const name = i % 2 ? "model.layers." + std::to_string(i) + ".mlp.up_proj.weight"
-                                   : "model.layers." + std::to_string(i) + ".input_layernorm.weight";
-    params.push_back(named(name, p.clone()));
-    singles.push_back(named(name, p.clone()));
+  KernelCase const c = kernel_case(rng, at::kFloat);
+  References const refs = references(c);
+  KernelRun const automatic = run_adamw(c, at::kCUDA, optim::AdamWKernel::kAuto);
+  expect_matches_reference("CUDA fp32", c, refs, automatic);
+  // The default on CUDA is the fused kernel: the same bits as a run forced onto it (the kernel is deterministic).
+  KernelRun const fused = run_adamw(c, at::kCUDA, optim::AdamWKernel::kFused);
+  for (std::size_t i = 0; i < c.init.size(); ++i) {
+    EXPECT_TRUE(at::equal(automatic.p[i], fused.p[i])) << c.names[i] << ": the CUDA default is not the fused kernel";
   }
-  AdamWOptions o;
-  o.beta2 = 0.95;
-  o.weight_decay = 0.1;
-  AdamW adamw(params, o);
-  std::vector<at::Tensor> m(params.size()), v(params.size());
-  for (int t = 1; t <= 3; ++t) {
-    double const lr = 1e-3 * t;
-    for (std::size_t i = 0; i < params.size(); ++i) {
-      at::Tensor const g = randn(shapes[i], rng).to(cuda);
-      set_grad(params[i], g.clone());
-      set_grad(singles[i], g.clone());
+}
+
+// fp64 parameters on the GPU take the fused kernel too: within 2B of the reference (up to ~1e-14 relative). Catches
+// the same planted bugs.
+TEST(AdamW, CudaFusedFp64UpdateStaysWithinTheRoundingBoundOfTheFp64Reference) {
+  FUSEPACK_SKIP_WITHOUT_CUDA();
+  auto rng = test_rng();
+  KernelCase const c = kernel_case(rng, at::kDouble);
+  expect_matches_reference("CUDA fp64", c, references(c), run_adamw(c, at::kCUDA, optim::AdamWKernel::kAuto));
+}
+
+// The CPU (foreach) and CUDA (fused) defaults on the same fp32 inputs: each within B of the reference, so within 2B
+// of each other. Catches the planted bugs as a disagreement with the CPU path (NaN, or ~1e-3 of |p|).
+TEST(AdamW, CudaAndCpuUpdatesAgreeWithinTwiceTheRoundingBound) {
+  FUSEPACK_SKIP_WITHOUT_CUDA();
+  auto rng = test_rng();
+  KernelCase const c = kernel_case(rng, at::kFloat);
+  expect_runs_agree("CUDA vs CPU fp32", c, references(c).exact, run_adamw(c, at::kCUDA, optim::AdamWKernel::kAuto),
+                    run_adamw(c, at::kCPU, optim::AdamWKernel::kAuto));
+}
+
+// The fused kernel takes only members whose p, g, m and v share one dense layout (on CUDA ATen refuses the list
+// otherwise). A parameter that is a strided view and a gradient in another layout than its parameter's take the list
+// operations: their values equal a foreach run's bit for bit, next to a dense member that the fused kernel updates.
+// Catches, planted in AdamW::step: every member sent to the fused kernel (on the CPU, wrong values for both; on CUDA,
+// ATen's fast-path check throws).
+void expect_other_layouts_take_the_list_operations(at::Device device) {
+  auto rng = test_rng();
+  at::Tensor const base = randn({4, 12}, rng);
+  std::vector<at::Tensor> const grads = {randn({4, 6}, rng), randn({4, 6}, rng), randn({4, 6}, rng)};
+  auto run = [&](optim::AdamWKernel kernel) {
+    at::Tensor const storage = base.to(device).clone();  // to() would return `base` itself on the CPU
+    std::vector<NamedParameter> const params = {
+        named("model.layers.0.mlp.up_proj.weight", storage.slice(1, 0, 12, 2)),     // a strided view
+        named("model.layers.0.mlp.down_proj.weight", randn({4, 6}, rng).to(device)),  // its gradient column-major
+        named("model.layers.0.mlp.gate_proj.weight", randn({4, 6}, rng).to(device))};
+    AdamWOptions options;
+    options.kernel = kernel;
+    AdamW adamw(params, options);
+    for (int t = 0; t < 2; ++t) {
+      params[0].param.mutable_grad() = grads[0].to(device) * (t + 1);
+      params[1].param.mutable_grad() = (grads[1].to(device) * (t + 1)).t().contiguous().t();
+      params[2].param.mutable_grad() = grads[2].to(device) * (t + 1);
+      adamw.step(1e-2);
     }
-    adamw.step(lr);
-    c10::NoGradGuard no_grad;
-    for (std::size_t i = 0; i < singles.size(); ++i) {  // torch.optim.adamw._single_tensor_adamw
-      at::Tensor p = singles[i].param;
-      at::Tensor const& g = p.grad();
-      if (t == 1) m[i] = at::zeros_like(p), v[i] = at::zeros_like(p);
-      if (optim::qwen35_decays(singles[i].name)) p.mul_(1 - lr * o.weight_decay);
-      m[i].lerp_(g, 1 - o.beta1);
-      v[i].mul_(o.beta2).addcmul_(g, g, 1 - o.beta2);
-      double const bc1 = 1 - std::pow(o.beta1, t), bc2 = 1 - std::pow(o.beta2, t);
-      p.addcdiv_(m[i], (v[i].sqrt() / std::pow(bc2, 0.5)).add_(o.eps), -(lr / bc1));
-    }
-    for (std::size_t i = 0; i < params.size(); ++i) {
-      EXPECT_TRUE(at::equal(params[i].param, singles[i].param)) << params[i].name << " at step " << t;
-      EXPECT_TRUE(at::equal(adamw.state(params[i].name).exp_avg_sq, v[i])) << params[i].name;
-    }
-  }
-  double const norm = optim::grad_norm(params, {});
-  double sum_sq = 0;
-  for (NamedParameter const& p : params) sum_sq += std::pow(at::linalg_vector_norm(p.param.grad(), 2).item<double>(), 2);
-  std::printf("[ measured ] foreach grad norm %.17g, per-tensor %.17g\n", norm, std::sqrt(sum_sq));
-  // The per-tensor fp32 norms may differ in the last bit between the list and single reductions: 1e-6 relative.
-  EXPECT_NEAR(norm, std::sqrt(sum_sq), 1e-6 * norm);
+    std::vector<at::Tensor> out;
+    for (NamedParameter const& p : params) out.push_back(p.param.to(at::kCPU).clone());
+    return out;
+  };
+  auto rng_state = rng;
+  std::vector<at::Tensor> const fused = run(optim::AdamWKernel::kFused);
+  rng = rng_state;  // the same random parameters for the second run
+  std::vector<at::Tensor> const foreach_ops = run(optim::AdamWKernel::kForeach);
+  EXPECT_TRUE(at::equal(fused[0], foreach_ops[0])) << "the strided view";
+  EXPECT_TRUE(at::equal(fused[1], foreach_ops[1])) << "the column-major gradient";
+  // The dense member, which the fused kernel updated: both runs within 2B of the reference (fp64, |p| < 5: 2B < 5e-14).
+  EXPECT_LE(max_abs_diff(fused[2], foreach_ops[2]), 1e-13);
+}
+
+TEST(AdamW, FusedKernelLeavesMembersOfAnotherLayoutToTheListOperations) {
+  expect_other_layouts_take_the_list_operations(at::kCPU);
+}
+
+TEST(AdamW, CudaFusedKernelLeavesMembersOfAnotherLayoutToTheListOperations) {
+  FUSEPACK_SKIP_WITHOUT_CUDA();
+  expect_other_layouts_take_the_list_operations(at::kCUDA);
 }
 
 TEST(AdamW, RejectsBadParametersGradientsAndOptions) {
@@ -526,6 +813,59 @@ TEST(ClipGradNorm, NonFiniteNormNamesTheParameterAndTouchesNothing) {
   expect_torch_error([&] { optim::clip_grad_norm(finite, 0.0); }, "max_norm must be finite and > 0");
   std::vector<NamedParameter> const no_grad = {named("c", at::zeros({2}, kF64))};
   expect_torch_error([&] { optim::grad_norm(no_grad); }, "parameter 'c' has no gradient");
+}
+
+// Gradients of fp32 and bf16 interleaved in registration order (a bf16 gradient stands for a low-precision one): the
+// foreach norms group them by dtype, so the sum and the culprit's name must undo the grouping. The norm against the
+// fp64 norm over the gradients' values: each per-tensor norm is rounded once to its dtype (bf16: 2^-8 relative) after
+// an fp32 accumulation of at most 52 terms (52·2^-24 < 2^-16), and |‖a‖ − ‖b‖| <= ‖a − b‖, so the total is within
+// (2^-8 + 2^-16) of the reference, relative. A dropped group (the bf16 norms are ~8 and ~25 of ~47) is off by 15% or
+// more. On the CPU the list norms are the single-tensor ones, so the norm also equals those, squared and summed in
+// fp64, to a few fp64 ulps (1e-15 relative). Then non-finite gradients in both groups: the first in registration
+// order is named (the bf16 'p1', though the fp32 group, holding the NaN 'p2', is reduced first). Catches, planted in
+// grad_norm: the culprit searched group by group ('p2'), one group's norms left out of the sum.
+void expect_mixed_dtype_norm(at::Device device) {
+  auto rng = test_rng();
+  std::vector<at::ScalarType> const dtypes = {at::kFloat, at::kBFloat16, at::kFloat, at::kBFloat16, at::kFloat};
+  std::vector<NamedParameter> params;
+  double sum_sq_values = 0, sum_sq_norms = 0;
+  for (std::size_t i = 0; i < dtypes.size(); ++i) {
+    std::vector<int64_t> const shape = {4, static_cast<int64_t>(3 * i + 1)};
+    params.push_back(named("p" + std::to_string(i), at::zeros(shape, at::TensorOptions().device(device))));
+    at::Tensor const g = randn(shape, rng, 1.0 + i).to(device, dtypes[i]);
+    params.back().param.mutable_grad() = g;
+    for (double x : values(g)) sum_sq_values += x * x;
+    double const n = at::linalg_vector_norm(g, 2).item<double>();  // one tensor's reduction, in its dtype
+    sum_sq_norms += n * n;
+  }
+  double const norm = optim::grad_norm(params);
+  double const reference = std::sqrt(sum_sq_values);
+  std::printf("[ measured ] %s: norm %.17g, fp64 over the values %.17g, relative %.3e\n", device.str().c_str(), norm,
+              reference, std::fabs(norm - reference) / reference);
+  EXPECT_LE(std::fabs(norm - reference), (std::ldexp(1.0, -8) + std::ldexp(1.0, -16)) * reference);
+  if (device.is_cpu()) {
+    EXPECT_NEAR(norm, std::sqrt(sum_sq_norms), 1e-15 * norm);
+  }
+
+  params[1].param.grad().fill_(INFINITY);
+  params[2].param.grad()[0][0] = std::nan("");
+  try {
+    optim::grad_norm(params);
+    ADD_FAILURE() << "expected NonFiniteGradNorm";
+  } catch (optim::NonFiniteGradNorm const& e) {
+    std::printf("[  error   ] %s\n", e.what());
+    EXPECT_EQ(e.parameter(), "p1");
+    EXPECT_TRUE(std::isnan(e.norm()));
+  }
+}
+
+TEST(ClipGradNorm, NormOverMixedDtypesMatchesTheFp64ReferenceAndNamesTheFirstCulprit) {
+  expect_mixed_dtype_norm(at::kCPU);
+}
+
+TEST(ClipGradNorm, CudaNormOverMixedDtypesMatchesTheFp64ReferenceAndNamesTheFirstCulprit) {
+  FUSEPACK_SKIP_WITHOUT_CUDA();
+  expect_mixed_dtype_norm(at::kCUDA);
 }
 
 // ------------------------------------------------------------------------------------------------------------------

@@ -6,9 +6,11 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <initializer_list>
 #include <map>
-#include <tuple>
+#include <optional>
 #include <regex>
+#include <tuple>
 
 namespace fusepack::optim {
 
@@ -75,10 +77,6 @@ void AdamW::step(double lr) {
                 "; the parameter is on ", p.param.device());
   }
   c10::NoGradGuard no_grad;
-  double const beta1 = options_.beta1, beta2 = options_.beta2;
-  // torch's foreach path: the same element-wise operations in the same order as its single-tensor path, each over a
-  // list of tensors (a few kernel launches per group instead of ~8 per parameter). A list shares device, dtype and
-  // decay (groups_) and step count (the lists' scalars).
   for (std::size_t i = 0; i < params_.size(); ++i) {
     AdamWState& s = state_[i];
     if (s.step == 0) {
@@ -94,27 +92,74 @@ void AdamW::step(double lr) {
     for (auto& [step, members] : by_step) lists.emplace_back(std::move(members), decay_[group.front()]);
   }
   for (auto const& [members, decayed] : lists) {
-    std::vector<at::Tensor> params, grads, exp_avgs, exp_avg_sqs;
+    at::Device const device = params_[members.front()].param.device();
+    bool const fused = options_.kernel == AdamWKernel::kFused ||
+                       (options_.kernel == AdamWKernel::kAuto && device.is_cuda());
+    // The fused kernel takes only members whose p, g, m and v are dense with one layout (ATen's fast-path rule, a
+    // TORCH_CHECK there); a member that is not (a strided view, a state loaded in another layout) takes the list
+    // operations instead. So do counts past 2^24: the kernel reads the step count as fp32, exact up to 2^24.
+    bool const fused_step = state_[members.front()].step <= (std::int64_t{1} << 24);
+    std::vector<std::size_t> fused_members, foreach_members;
     for (std::size_t i : members) {
-      params.push_back(params_[i].param);
-      grads.push_back(params_[i].param.grad());
-      exp_avgs.push_back(state_[i].exp_avg);
-      exp_avg_sqs.push_back(state_[i].exp_avg_sq);
+      at::Tensor const& p = params_[i].param;
+      bool const same_layout = p.is_non_overlapping_and_dense() && [&] {
+        for (at::Tensor const* t : std::initializer_list<at::Tensor const*>{&p.grad(), &state_[i].exp_avg,
+                                                                             &state_[i].exp_avg_sq}) {
+          if (!t->is_non_overlapping_and_dense() || t->strides() != p.strides()) return false;
+        }
+        return true;
+      }();
+      (fused && fused_step && same_layout ? fused_members : foreach_members).push_back(i);
     }
-    if (decayed && options_.weight_decay != 0) at::_foreach_mul_(params, 1 - lr * options_.weight_decay);
-    at::_foreach_lerp_(exp_avgs, grads, 1 - beta1);
-    at::_foreach_mul_(exp_avg_sqs, beta2);
-    at::_foreach_addcmul_(exp_avg_sqs, grads, grads, 1 - beta2);
-    double const t = static_cast<double>(state_[members.front()].step);
-    double const bias_correction1 = 1 - std::pow(beta1, t);
-    double const bias_correction2 = 1 - std::pow(beta2, t);
-    double const step_size = lr / bias_correction1;
-    double const bias_correction2_sqrt = std::pow(bias_correction2, 0.5);  // torch: bias_correction2**0.5
-    std::vector<at::Tensor> denoms = at::_foreach_sqrt(exp_avg_sqs);
-    at::_foreach_div_(denoms, bias_correction2_sqrt);
-    at::_foreach_add_(denoms, options_.eps);
-    at::_foreach_addcdiv_(params, exp_avgs, denoms, -step_size);
+    if (!fused_members.empty()) fused_update(fused_members, decayed, lr);
+    if (!foreach_members.empty()) foreach_update(foreach_members, decayed, lr);
   }
+}
+
+AdamW::Lists AdamW::lists(std::vector<std::size_t> const& members) const {
+  Lists l;
+  for (std::size_t i : members) {
+    l.params.push_back(params_[i].param);
+    l.grads.push_back(params_[i].param.grad());
+    l.exp_avgs.push_back(state_[i].exp_avg);
+    l.exp_avg_sqs.push_back(state_[i].exp_avg_sq);
+  }
+  return l;
+}
+
+void AdamW::fused_update(std::vector<std::size_t> const& members, bool decayed, double lr) {
+  auto [params, grads, exp_avgs, exp_avg_sqs] = lists(members);
+  // The kernel reads each parameter's step count t (after the increment, as torch.optim.AdamW(fused=True) passes
+  // it) from a 0-dim fp32 tensor on the parameters' device, for 1 − β^t; it never writes it, so the list's members
+  // share one (a fill on the device, no host-to-device copy).
+  at::Tensor const step = at::full({}, static_cast<double>(state_[members.front()].step),
+                                   at::TensorOptions().dtype(at::kFloat).device(params.front().device()));
+  std::vector<at::Tensor> const state_steps(members.size(), step);
+  // Decoupled decay p ← p·(1 − lr·wd) inside the kernel: the option's wd on a decayed list, 0 (no decay) otherwise.
+  double const weight_decay = decayed ? options_.weight_decay : 0.0;
+  at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, /*max_exp_avg_sqs=*/{}, state_steps, lr, options_.beta1,
+                    options_.beta2, weight_decay, options_.eps, /*amsgrad=*/false, /*maximize=*/false,
+                    /*grad_scale=*/std::nullopt, /*found_inf=*/std::nullopt);
+}
+
+void AdamW::foreach_update(std::vector<std::size_t> const& members, bool decayed, double lr) {
+  // torch's foreach path: the same element-wise operations in the same order as its single-tensor path, each over a
+  // list of tensors (a few kernel launches per list instead of ~8 per parameter).
+  double const beta1 = options_.beta1, beta2 = options_.beta2;
+  auto [params, grads, exp_avgs, exp_avg_sqs] = lists(members);
+  if (decayed && options_.weight_decay != 0) at::_foreach_mul_(params, 1 - lr * options_.weight_decay);
+  at::_foreach_lerp_(exp_avgs, grads, 1 - beta1);
+  at::_foreach_mul_(exp_avg_sqs, beta2);
+  at::_foreach_addcmul_(exp_avg_sqs, grads, grads, 1 - beta2);
+  double const t = static_cast<double>(state_[members.front()].step);
+  double const bias_correction1 = 1 - std::pow(beta1, t);
+  double const bias_correction2 = 1 - std::pow(beta2, t);
+  double const step_size = lr / bias_correction1;
+  double const bias_correction2_sqrt = std::pow(bias_correction2, 0.5);  // torch: bias_correction2**0.5
+  std::vector<at::Tensor> denoms = at::_foreach_sqrt(exp_avg_sqs);
+  at::_foreach_div_(denoms, bias_correction2_sqrt);
+  at::_foreach_add_(denoms, options_.eps);
+  at::_foreach_addcdiv_(params, exp_avgs, denoms, -step_size);
 }
 
 std::size_t AdamW::index_of(std::string const& name) const {

@@ -1,8 +1,11 @@
 // AdamW exactly as torch.optim.AdamW (amsgrad off, maximize off), one step over named fp32/fp64 parameters:
 //   t ← t + 1;  p ← p·(1 − lr·wd);  m ← lerp(m, g, 1 − β1);  v ← β2·v + (1 − β2)·g²;
 //   p ← p − (lr / (1 − β1^t)) · m / (sqrt(v) / sqrt(1 − β2^t) + eps)
-// with torch's foreach operations in torch's order (one list operation per step of the formula for all parameters of
-// a device, dtype and step count): fp32 and fp64 updates equal torch's bit for bit (NOTES.md).
+// for all parameters of a device, dtype, decay choice and step count at once (NOTES.md, "List operations"):
+//   - on CUDA, ATen's fused AdamW (torch.optim.AdamW(fused=True)): one kernel reads p, g, m, v and writes p, m, v;
+//     its arithmetic is the formula's in another order, within a few fp32 roundings of it (tests/trainer/optim_test);
+//   - on the CPU, torch's foreach operations in torch's order (one list operation per step of the formula): fp32 and
+//     fp64 updates equal torch's default AdamW bit for bit (NOTES.md).
 #pragma once
 
 #include "trainer/optim/parameters.h"
@@ -33,12 +36,20 @@ bool hf_trainer_decays(std::string const& name);
 // dimensions" (norm weights, A_log and dt_bias are the only 1-D ones), the GPT-2/nanoGPT/Megatron convention.
 bool qwen35_decays(std::string const& name);
 
+// Which implementation updates a list of parameters.
+enum class AdamWKernel {
+  kAuto,     // the fused kernel on CUDA, the foreach operations elsewhere
+  kFused,    // the fused kernel on every device (torch ships a CPU one too: tests run the CUDA code path on the CPU)
+  kForeach,  // the foreach operations on every device (torch's default AdamW, operation for operation)
+};
+
 struct AdamWOptions {
   double beta1 = 0.9;           // torch defaults
   double beta2 = 0.999;
   double eps = 1e-8;            // added to sqrt(v̂), not inside it
   double weight_decay = 1e-2;   // decoupled: p ← p·(1 − lr·wd), only on parameters the rule decays
   DecayRule decays = qwen35_decays;
+  AdamWKernel kernel = AdamWKernel::kAuto;
 
   void validate() const;  // throws c10::Error: betas in [0, 1), eps >= 0, weight_decay >= 0, a rule
 };
@@ -70,11 +81,19 @@ class AdamW {
 
  private:
   std::size_t index_of(std::string const& name) const;
+  struct Lists {
+    std::vector<at::Tensor> params, grads, exp_avgs, exp_avg_sqs;
+  };
+  Lists lists(std::vector<std::size_t> const& members) const;
+  // One list's update (members share device, dtype, decay choice and step count, already incremented).
+  void fused_update(std::vector<std::size_t> const& members, bool decayed, double lr);
+  void foreach_update(std::vector<std::size_t> const& members, bool decayed, double lr);
 
   std::vector<NamedParameter> params_;
   std::vector<bool> decay_;              // [params]
-  // The parameters of one device, dtype and decay choice, in registration order: one list operation each per step
-  // (split further only when their step counts differ, as after loading a partial state).
+  // The parameters of one device, dtype and decay choice, in registration order: one fused kernel or one list
+  // operation per step of the formula each (split further only when their step counts differ, as after loading a
+  // partial state).
   std::vector<std::vector<std::size_t>> groups_;
   std::vector<AdamWState> state_;        // [params]; step == 0 means no state yet
   std::unordered_map<std::string, std::size_t> index_;

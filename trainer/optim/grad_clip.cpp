@@ -3,13 +3,14 @@
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <string>
 #include <tuple>
 #include <utility>
-#include <vector>
 #include <sstream>
+#include <vector>
 
 namespace fusepack::optim {
 
@@ -48,31 +49,39 @@ double grad_norm(std::vector<NamedParameter> const& params, AllReduceSum const& 
                 "; the parameter has ", p.param.sizes());
     grads.push_back(g);
   }
-  // torch's foreach norm (one list operation per device and dtype, not one reduction per tensor), each norm then in
-  // fp64 on the first parameter's device.
-  std::vector<at::Tensor> norms(grads.size());
+  // torch's foreach norm: one list operation per device and dtype, a norm per gradient in the gradient's dtype. A
+  // group's norms are stacked and cast to fp64 on the first parameter's device in one copy, the groups joined, and
+  // the squares summed in fp64: a fixed handful of launches, whatever the number of tensors.
   std::map<std::tuple<int, int, at::ScalarType>, std::vector<std::size_t>> groups;
   for (std::size_t i = 0; i < grads.size(); ++i) {
     at::Device const d = grads[i].device();
     groups[{static_cast<int>(d.type()), static_cast<int>(d.index()), grads[i].scalar_type()}].push_back(i);
   }
+  std::vector<std::vector<std::size_t> const*> group_members;
+  std::vector<at::Tensor> group_norms;  // [group]: fp64 [members] on `device`
   for (auto const& [key, members] : groups) {
     std::vector<at::Tensor> list;
     for (std::size_t i : members) list.push_back(grads[i]);
-    std::vector<at::Tensor> const group_norms = at::_foreach_norm(list, 2);
-    for (std::size_t j = 0; j < members.size(); ++j) norms[members[j]] = group_norms[j].to(device, at::kDouble);
+    group_members.push_back(&members);
+    group_norms.push_back(at::stack(at::_foreach_norm(list, 2)).to(device, at::kDouble));
   }
   // One fp64 0-dim tensor: this rank's sum of squares, then (all-reduced) everyone's.
-  at::Tensor sum_sq = norms.empty() ? at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device))
-                                    : at::stack(norms).square().sum();
+  at::Tensor sum_sq = group_norms.empty()
+                          ? at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device))
+                          : (group_norms.size() == 1 ? group_norms.front() : at::cat(group_norms)).square().sum();
   if (all_reduce) all_reduce(sum_sq);
   double const norm = std::sqrt(sum_sq.item<double>());
   if (!std::isfinite(norm)) {
-    std::string culprit;
-    for (std::size_t i = 0; i < norms.size() && culprit.empty(); ++i) {
-      if (!std::isfinite(norms[i].item<double>())) culprit = params[i].name;
+    // The first non-finite norm in registration order (groups are in dtype order): one copy to the host per group.
+    std::size_t first = params.size();
+    for (std::size_t k = 0; k < group_norms.size(); ++k) {
+      at::Tensor const host = group_norms[k].cpu();
+      double const* n = host.data_ptr<double>();
+      for (std::size_t j = 0; j < group_members[k]->size(); ++j) {
+        if (!std::isfinite(n[j])) first = std::min(first, (*group_members[k])[j]);
+      }
     }
-    throw NonFiniteGradNorm(norm, culprit);
+    throw NonFiniteGradNorm(norm, first < params.size() ? params[first].name : std::string());
   }
   return norm;
 }
