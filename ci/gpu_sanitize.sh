@@ -12,6 +12,7 @@
 #   initcheck: the fused op alone, every kernel instrumented (memory written by an uninstrumented kernel, such as the
 #     FlashAttention-2 output that the attention gate reads, would look uninitialised). In the composite baseline it
 #     reports ATen's reads of cuBLAS's batched-GEMM output, whose values are right: stores initcheck does not see.
+# The fused linear cross-entropy runs through its GPU tests instead (fusepack-gradcheck has no case for it).
 # Exit status is non-zero when any tool reports anything or a gradient check fails; logs in $OUT_DIR.
 #   ci/gpu_sanitize.sh [build dir]        (default: $FUSEPACK_BUILD_DIR or build)
 set -uo pipefail
@@ -41,6 +42,22 @@ cases=(
   "gated_delta fp32 --heads 2,4"
 )
 failed=0
+# CASE TOOL LOG COMMAND...: runs COMMAND under TOOL, prints one line, sets failed=1 on any report or failure.
+check() {
+  local name=$1 tool=$2 log=$3 status summary verdict
+  shift 3
+  "$sanitizer" --tool "$tool" "$@" >"$log" 2>&1
+  status=$?
+  summary=$(grep -E '(ERROR|RACECHECK) SUMMARY' "$log" | tail -1 | sed 's/^========= //')
+  verdict=$(tail -1 "$log")
+  if [ $status -ne 0 ] || ! grep -qE 'SUMMARY: 0 (errors|hazards)' "$log"; then
+    failed=1
+    printf '%-44s %-10s FAILED (exit %d): %s; %s (log %s)\n' "$name" "$tool" "$status" "${summary:-no summary}" \
+      "$verdict" "$log"
+  else
+    printf '%-44s %-10s clean: %s; %s\n' "$name" "$tool" "$summary" "$verdict"
+  fi
+}
 printf '%-44s %-10s %s\n' case tool result
 for c in "${cases[@]}"; do
   read -r op dtype extra <<<"$c"
@@ -53,20 +70,27 @@ for c in "${cases[@]}"; do
       initcheck) filter=(); only=(--fused-only) ;;
     esac
     # shellcheck disable=SC2086
-    "$sanitizer" --tool "$tool" "${filter[@]}" --print-limit 50 --error-exitcode 99 \
-      "$gradcheck" "$op" --backend fused --device cuda --dtype "$dtype" --seqlens "$seqlens" "${only[@]}" $extra \
-      >"$log" 2>&1
-    status=$?
-    summary=$(grep -E '(ERROR|RACECHECK) SUMMARY' "$log" | tail -1 | sed 's/^========= //')
-    verdict=$(tail -1 "$log")
-    if [ $status -ne 0 ] || ! grep -qE 'SUMMARY: 0 (errors|hazards)' "$log"; then
-      failed=1
-      printf '%-44s %-10s FAILED (exit %d): %s; %s (log %s)\n' "$op $dtype $extra" "$tool" "$status" "${summary:-no summary}" \
-        "$verdict" "$log"
-    else
-      printf '%-44s %-10s clean: %s; gradcheck %s\n' "$op $dtype $extra" "$tool" "$summary" "$verdict"
-    fi
+    check "$op $dtype $extra" "$tool" "$log" "${filter[@]}" --print-limit 50 --error-exitcode 99 \
+      "$gradcheck" "$op" --backend fused --device cuda --dtype "$dtype" --seqlens "$seqlens" "${only[@]}" $extra
   done
 done
+# The fused linear cross-entropy, which fusepack-gradcheck has no case for, through its GPU tests: the per-token kernel
+# on rows of whole and partial 16-byte vectors, chunks of 37 tokens and automatic, labels -100, and a bad label, with
+# fusepack's kernels instrumented. initcheck runs the kernel's own test instead, whose logits ATen's kernels write: in
+# the op the kernel reads the head GEMM's output, and initcheck does not see cuBLAS's stores (it reports ATen's reads
+# of such output in the composite attention too, whose values the same run checks).
+lce_test="$build_dir/tests/kernels_linear_cross_entropy_test"
+if [ -x "$lce_test" ]; then
+  for tool in memcheck racecheck initcheck synccheck; do
+    filter=(--kernel-name kns=fusepack)
+    tests='*LinearCrossEntropyFused.MatchesTheReference*bf16*:*LinearCrossEntropyFused.ABadLabel*'
+    [ $tool = initcheck ] && filter=() && tests='*LinearCrossEntropyFused.RowKernel*'
+    check "linear_cross_entropy (its GPU tests)" "$tool" "$out/linear_cross_entropy-$tool.log" \
+      "${filter[@]}" --print-limit 50 --error-exitcode 99 "$lce_test" --gtest_filter="$tests"
+  done
+else
+  failed=1
+  echo "gpu_sanitize: $lce_test not found (build the tests)"
+fi
 [ $failed -eq 0 ] && echo "[sanitize] PASSED: no report from any tool" || echo "[sanitize] FAILED (logs in $out)"
 exit $failed

@@ -4,7 +4,10 @@
 // its fp64 and fp32 behaviour is checked here on every chunk size: one token, chunks that do not divide the tokens, one
 // chunk, larger than the tokens, automatic. The backward is checked under an incoming gradient of 0.37, not 1 (a
 // backward that ignores it, a bug class of such ops, fails). On the GPU (*Fused*): bf16, fp16 and fp32 within twice
-// the composite's error (docs/contracts.md, numerics), and a peak memory far below the composite's.
+// the composite's error (docs/contracts.md, numerics) for vocabularies of whole and partial 16-byte rows, a bad label
+// past the check giving NaN, and a peak memory far below the composite's. The fused per-token kernel overwrites the
+// logits with their gradient: reading the target's logit after the row is overwritten (another bug class of such
+// kernels) changes the loss by about the logit itself, far outside the bound.
 #include "kernels/ops/linear_cross_entropy.h"
 #include "kernels/ops/op_scope.h"
 #include "reference/cross_entropy.h"
@@ -22,10 +25,16 @@
 #ifdef FUSEPACK_TEST_CUDA_MEMORY
 #include <c10/cuda/CUDACachingAllocator.h>
 #endif
+#ifdef FUSEPACK_TEST_CUDA_KERNELS
+#include "kernels/linear_cross_entropy/cross_entropy_rows.h"
+
+#include <ATen/cuda/CUDAContext.h>
+#endif
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <functional>
@@ -257,22 +266,24 @@ TEST(LinearCrossEntropy, RefusesWhatItCannotCompute) {
                      "linear_cross_entropy");
 }
 
-TEST(LinearCrossEntropy, AChunkHoldsAbout256MiBOfFp32Logits) {
-  EXPECT_EQ(ops::linear_cross_entropy_chunk(248320, 8192), 270);  // Qwen3.5: 2^28 / (4 · 248320) = 270.2
-  EXPECT_EQ(ops::linear_cross_entropy_chunk(256, 8192), 8192);    // a small vocabulary: the whole batch
-  EXPECT_EQ(ops::linear_cross_entropy_chunk(1 << 30, 10), 1);     // at least one token
-  EXPECT_EQ(ops::linear_cross_entropy_chunk(256, 0), 1);
+TEST(LinearCrossEntropy, AChunkHoldsAbout1GiBOfLogits) {
+  EXPECT_EQ(ops::linear_cross_entropy_chunk(248320, 8192, 2), 2162);  // Qwen3.5 in bf16: 2^30 / (2 · 248320) = 2162.1
+  EXPECT_EQ(ops::linear_cross_entropy_chunk(248320, 8192, 4), 1081);  // in fp32
+  EXPECT_EQ(ops::linear_cross_entropy_chunk(256, 8192, 4), 8192);     // a small vocabulary: the whole batch
+  EXPECT_EQ(ops::linear_cross_entropy_chunk(1 << 30, 10, 2), 1);      // at least one token
+  EXPECT_EQ(ops::linear_cross_entropy_chunk(256, 0, 2), 1);
 }
 
 // ---- The fused path on the GPU
 
-class LinearCrossEntropyFused : public ::testing::TestWithParam<std::tuple<Dtype, std::int64_t>> {};
+// Vocabularies of 1000 (rows of 16-byte vectors in every dtype) and 997 (element by element: rows start unaligned).
+class LinearCrossEntropyFused : public ::testing::TestWithParam<std::tuple<Dtype, std::int64_t, std::int64_t>> {};
 
 TEST_P(LinearCrossEntropyFused, MatchesTheReferenceWithinTwiceTheCompositeError) {
   FUSEPACK_SKIP_WITHOUT_CUDA();
-  auto const [dtype, chunk] = GetParam();
+  auto const [dtype, chunk, vocab] = GetParam();
   auto rng = test_rng();
-  Case c = make_case(300, 64, 1000, 5, rng);
+  Case c = make_case(300, 64, vocab, 5, rng);
   round_to(dtype, c.hidden);  // the reference sees exactly the op's inputs
   round_to(dtype, c.weight);
   Expected const e = reference(c);
@@ -293,11 +304,91 @@ TEST_P(LinearCrossEntropyFused, MatchesTheReferenceWithinTwiceTheCompositeError)
 
 INSTANTIATE_TEST_SUITE_P(Sm90, LinearCrossEntropyFused,
                          ::testing::Combine(::testing::Values(Dtype::kBF16, Dtype::kF16, Dtype::kF32),
-                                            ::testing::Values(std::int64_t{0}, std::int64_t{37})),
+                                            ::testing::Values(std::int64_t{0}, std::int64_t{37}),
+                                            ::testing::Values(std::int64_t{1000}, std::int64_t{997})),
                          [](auto const& tc) {
                            return std::string(dtype_name(std::get<0>(tc.param))) + "_chunk_" +
-                                  std::to_string(std::get<1>(tc.param));
+                                  std::to_string(std::get<1>(tc.param)) + "_vocab_" +
+                                  std::to_string(std::get<2>(tc.param));
                          });
+
+// A caller that vouches for its labels skips the op's check (a device-to-host sync); a bad label that gets through
+// anyway makes the loss and its row's gradient NaN instead of reading outside the row.
+TEST(LinearCrossEntropyFused, ABadLabelPastTheCheckGivesNaNNotAnOutOfBoundsRead) {
+  FUSEPACK_SKIP_WITHOUT_CUDA();
+  auto opts = at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA);
+  for (std::int64_t bad : {std::int64_t{1000}, std::int64_t{-5}}) {
+    at::Tensor h = at::randn({6, 32}, opts).requires_grad_(), w = at::randn({1000, 32}, opts).requires_grad_();
+    at::Tensor const labels = at::tensor(std::vector<std::int64_t>{3, -100, bad, 7, 0, 999}, at::kLong).to(at::kCUDA);
+    at::Tensor const loss =
+        ops::linear_cross_entropy(h, w, labels, Backend::kFused, /*chunk_tokens=*/0, /*labels_checked=*/true);
+    EXPECT_TRUE(std::isnan(loss.item<double>())) << "label " << bad;
+    loss.backward();
+    at::Tensor const row_nan = h.grad().isnan().any(1).cpu();
+    EXPECT_TRUE(row_nan[2].item<bool>()) << "label " << bad;
+    EXPECT_FALSE(row_nan[0].item<bool>() || row_nan[1].item<bool>() || row_nan[3].item<bool>()) << "label " << bad;
+    expect_torch_error([&] { ops::linear_cross_entropy(h, w, labels, Backend::kFused); }, "not -100");
+  }
+}
+
+#ifdef FUSEPACK_TEST_CUDA_KERNELS
+// The per-token kernel on its own, over logits written by ATen's kernels (no GEMM, so compute-sanitizer's initcheck,
+// which does not see the stores of cuBLAS's kernels, can check this kernel's reads: ci/gpu_sanitize.sh), against fp64
+// log-softmax: rows with a target, rows of -100, 16-byte rows (V 1000) and unaligned ones (997), bf16 and fp32, the
+// gradient in place and the loss alone. Bounds: the loss is an fp32 log-sum-exp of at most 1000 terms, a few units
+// of 2^-24 of |lse| (1e-5·(|lse| + 1) leaves room); the gradient is exp(z − lse) in fp32 (the lse's error, ~1e-6 of
+// p = exp(z − lse): 1e-5·p) rounded once to the dtype (2^-8 of |g| for bf16, 2^-23 for fp32, twice the half ulp).
+// Reading the target's logit after the row was overwritten errs by about the logit itself; NaN fails every bound.
+TEST(LinearCrossEntropyFused, RowKernelMatchesFp64LogSoftmaxOnItsOwn) {
+  FUSEPACK_SKIP_WITHOUT_CUDA();
+  auto rng = test_rng();
+  for (at::ScalarType dtype : {at::kBFloat16, at::kFloat}) {
+    for (std::int64_t V : {std::int64_t{1000}, std::int64_t{997}}) {
+      std::int64_t const R = 37;
+      at::Tensor const z0 = (at::randn({R, V}, at::TensorOptions().device(at::kCUDA)) * 3).to(dtype);
+      std::vector<std::int64_t> labels(R);
+      std::uniform_int_distribution<std::int64_t> token(0, V - 1);
+      for (std::int64_t r = 0; r < R; ++r) labels[r] = r % 5 == 0 ? ops::kLinearCrossEntropyIgnoreIndex : token(rng);
+      at::Tensor const label_t = at::tensor(labels, at::kLong).to(at::kCUDA);
+      at::Tensor const z64 = z0.to(at::kDouble).cpu();
+      at::Tensor const lse = at::logsumexp(z64, {1});
+      at::Tensor const p = (z64 - lse.unsqueeze(1)).exp();
+      at::Tensor const valid = (label_t != ops::kLinearCrossEntropyIgnoreIndex).cpu();
+      at::Tensor const index = at::where(valid, label_t.cpu(), at::zeros_like(label_t.cpu())).unsqueeze(1);
+      at::Tensor const loss_ref = at::where(valid, lse - z64.gather(1, index).squeeze(1), at::zeros_like(lse));
+      at::Tensor const g_ref =
+          (p - at::zeros_like(p).scatter_(1, index, 1.0)) * valid.unsqueeze(1).to(at::kDouble);
+      double const rounding = dtype == at::kBFloat16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -23);
+      for (bool gradient : {true, false}) {
+        at::Tensor z = z0.clone();
+        at::Tensor const loss = at::empty({R}, z.options().dtype(at::kFloat));
+        CrossEntropyRowsParams params;
+        params.logits = z.data_ptr();
+        params.labels = label_t.data_ptr<std::int64_t>();
+        params.loss = loss.data_ptr<float>();
+        params.rows = R;
+        params.vocab = V;
+        params.gradient = gradient;
+        params.dtype = dtype == at::kBFloat16 ? DType::kBF16 : DType::kF32;
+        run_cross_entropy_rows(params, at::cuda::getCurrentCUDAStream());
+        std::string const what = std::string(c10::toString(dtype)) + " V " + std::to_string(V) +
+                                 (gradient ? " with the gradient" : " loss only");
+        at::Tensor const loss_err = (loss.to(at::kDouble).cpu() - loss_ref).abs();
+        EXPECT_TRUE((loss_err <= 1e-5 * (lse.abs() + 1)).all().item<bool>()) << what << ": loss error up to "
+                                                                           << loss_err.max().item<double>();
+        if (gradient) {
+          at::Tensor const g_err = (z.to(at::kDouble).cpu() - g_ref).abs();
+          at::Tensor const bound = rounding * g_ref.abs() + 1e-5 * p + 1e-30;
+          EXPECT_TRUE((g_err <= bound).all().item<bool>())
+              << what << ": gradient error up to " << (g_err / bound).max().item<double>() << " of its bound";
+        } else {
+          EXPECT_TRUE(at::equal(z, z0)) << what << ": the logits were changed";
+        }
+      }
+    }
+  }
+}
+#endif
 
 #ifdef FUSEPACK_TEST_CUDA_MEMORY
 // The point of the op: the composite keeps [T, V] bf16 logits and their fp32 copy for the backward, the fused path
