@@ -59,3 +59,12 @@ std::string describe_op_runs(std::vector<OpRunCount> const& runs);
                                                          : FUSEPACK_OP_SCOPE_PREFIX op " backward [composite]"), \
         std::vector<c10::IValue>());                                                                         \
   }
+
+// A named profiler range around code that is not one op, which fusepack-train --profile-step attributes GPU and host
+// time to: a decoder layer ("fusepack.layer 3 linear_attention"), a group of GEMMs ("fusepack.gemm mlp"), the
+// optimizer's update ("fusepack.optimizer"). `name` (a const char* or std::string expression) is evaluated only
+// while a profiler runs; otherwise the range costs one inactive-callback check.
+#define FUSEPACK_RANGE_PREFIX "fusepack."
+#define FUSEPACK_PROFILE_RANGE(var, name)                 \
+  ::at::RecordFunction var(::at::RecordScope::USER_SCOPE); \
+  if (var.isActive()) ::at::detail::record_function_with_scope(var, name, std::vector<c10::IValue>())

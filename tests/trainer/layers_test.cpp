@@ -330,5 +330,44 @@ TEST(Qwen35Layers, PlantedMlpGateUpSwapIsCaught) {
       [](MlpWeights& w, Qwen35Config const&) { std::swap(w.gate_proj, w.up_proj); });
 }
 
+// split_columns against narrow + contiguous under autograd: equal parts and equal input gradients (fp64), with every
+// part used, and with the middle part unused (its gradient missing: zeros). A backward that put the parts' gradients
+// in another order, or left a missing one out, differs from narrow's in its columns.
+TEST(SplitColumns, GivesNarrowsPartsAndGradient) {
+  auto rng = test_rng();
+  at::Tensor const x0 = to_torch(randn({5, 9}, rng), at::kDouble, at::kCPU);
+  std::vector<std::int64_t> const widths = {2, 4, 3};
+  for (bool use_middle : {true, false}) {
+    std::vector<at::Tensor> weights;
+    for (std::int64_t w : widths) weights.push_back(to_torch(randn({5, w}, rng), at::kDouble, at::kCPU));
+    auto loss_of = [&](std::vector<at::Tensor> const& parts) {
+      at::Tensor loss = at::zeros({}, at::kDouble);
+      for (std::size_t i = 0; i < parts.size(); ++i) {
+        if (i != 1 || use_middle) loss = loss + (parts[i] * weights[i]).sum();
+      }
+      return loss;
+    };
+    at::Tensor x = x0.clone().requires_grad_(), y = x0.clone().requires_grad_();
+    std::vector<at::Tensor> const split = model::split_columns(x, widths);
+    std::vector<at::Tensor> narrowed;
+    std::int64_t start = 0;
+    for (std::int64_t w : widths) {
+      narrowed.push_back(y.narrow(1, start, w).contiguous());
+      start += w;
+    }
+    ASSERT_EQ(split.size(), narrowed.size());
+    for (std::size_t i = 0; i < split.size(); ++i) {
+      EXPECT_TRUE(split[i].is_contiguous());
+      EXPECT_TRUE(at::equal(split[i], narrowed[i])) << "part " << i;
+    }
+    loss_of(split).backward();
+    loss_of(narrowed).backward();
+    EXPECT_TRUE(at::equal(x.grad(), y.grad())) << "middle part used: " << use_middle << "\n" << x.grad() << "\n"
+                                               << y.grad();
+  }
+  expect_torch_error([&] { model::split_columns(x0, {2, 4}); }, "the widths sum to 6 but x has 9 columns");
+  expect_torch_error([&] { model::split_columns(x0.view({45}), {45}); }, "must be 2-D");
+}
+
 }  // namespace
 }  // namespace fusepack::test

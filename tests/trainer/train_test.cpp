@@ -15,6 +15,7 @@
 #include "trainer/model/config.h"
 #include "trainer/model/model.h"
 #include "trainer/parallel/collectives.h"
+#include "kernels/ops/op_scope.h"
 #include "kernels/ops/rmsnorm.h"
 #include "packing/progress.h"
 #include "trainer/train/config.h"
@@ -37,6 +38,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -424,6 +426,149 @@ TEST(FusepackTrain, ProfileStepPrintsOpCallsKernelsTimesAndTheBackend) {
   }
   // The profile follows its own step's line and precedes the next step's.
   EXPECT_LT(r.out.find("step 1/2"), r.out.find("profile of step 1"));
+  // No kernels on the CPU, but each kind of decoder layer's host time, forward and backward, from its named ranges.
+  std::size_t const table = r.out.find("per decoder layer");
+  ASSERT_NE(table, std::string::npos) << r.out;
+  for (char const* kind : {"linear_attention", "full_attention"}) {
+    std::size_t const row = r.out.find(std::string("    ") + kind, table);
+    ASSERT_NE(row, std::string::npos) << "no row for " << kind << " in\n" << r.out;
+    double layers = 0, fwd = 0, bwd = 0;
+    std::string const line = r.out.substr(row, r.out.find('\n', row) - row);
+    ASSERT_EQ(std::sscanf(line.c_str() + 4 + 18, " %lf layers host %lf + %lf", &layers, &fwd, &bwd), 3) << line;
+    EXPECT_GT(layers, 0) << line;
+    EXPECT_GT(fwd, 0) << line;
+    EXPECT_GT(bwd, 0) << line;
+  }
+}
+
+TEST(FusepackTrain, PrintConfigWritesThePresetsConfigJsonAndExits) {
+  BinaryResult const r = run_train("--preset qwen35-tiny --print-config");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_EQ(model::Qwen35Config::from_json(r.out).to_json(), model::preset("qwen35-tiny").to_json());
+  BinaryResult const none = run_train("--print-config");
+  EXPECT_EQ(none.exit_code, 2);
+  EXPECT_NE(none.out.find("give exactly one of --preset and --config"), std::string::npos) << none.out;
+}
+
+// attribute_time on a hand-built trace: forward ops take their innermost named range; a backward node takes the scope
+// and layer of the forward op that created it (the LAST forward op carrying its sequence number: ops that create no
+// node before it carry the same number); kernels count toward their launching op's scope and layer.
+TEST(StepProfiler, AttributesKernelsToScopesAndLayersThroughTheirLaunchingOps) {
+  using train::TraceEvent;
+  auto range = [](std::string name, std::uint64_t thread, std::uint64_t start, std::uint64_t end,
+                  std::int64_t seq = -1, std::uint64_t correlation = 0) {
+    TraceEvent e;
+    e.name = std::move(name);
+    e.thread = thread;
+    e.start_ns = start;
+    e.end_ns = end;
+    e.sequence_nr = seq;
+    e.forward_thread = 1;  // backward nodes' sequence numbers count the forward thread's ops
+    e.correlation = correlation;
+    return e;
+  };
+  auto kernel = [](std::uint64_t correlation, std::uint64_t ns) {
+    TraceEvent e;
+    e.name = "kernel";
+    e.kernel = true;
+    e.start_ns = 1000;
+    e.end_ns = 1000 + ns;
+    e.correlation = correlation;
+    return e;
+  };
+  std::vector<TraceEvent> const trace = {
+      // forward, thread 1
+      range(FUSEPACK_RANGE_PREFIX "layer 0 linear_attention", 1, 0, 100),
+      range(FUSEPACK_RANGE_PREFIX "gemm projections", 1, 10, 30),
+      range("aten::linear", 1, 11, 29, 5, 101),
+      range("aten::mm", 1, 12, 28, 5, 102),
+      range("aten::mul", 1, 32, 35, 6, 108),  // creates no node: carries the next number, 6
+      range(FUSEPACK_OP_SCOPE_PREFIX "gated_delta [fused]", 1, 40, 60, -1, 103),
+      range("aten::empty", 1, 41, 42, 6, 109),  // inside the op whose node gets 6
+      range("aten::add", 1, 70, 80, 7, 104),
+      range("aten::to", 1, 82, 90, 8, 105),
+      range("aten::copy_", 1, 83, 89, -1, 106),
+      range(FUSEPACK_RANGE_PREFIX "optimizer", 1, 300, 400),
+      range("aten::_foreach_mul_", 1, 310, 320, -1, 107),
+      // backward, thread 2
+      range("autograd::engine::evaluate_function: MmBackward0", 2, 200, 250, 5),
+      range("aten::mm", 2, 205, 245, -1, 201),
+      range("autograd::engine::evaluate_function: ToCopyBackward0", 2, 251, 260, 8),
+      range("aten::to", 2, 252, 259, -1, 202),
+      range("autograd::engine::evaluate_function: AccumulateGrad", 2, 261, 270, -1),
+      range("aten::add_", 2, 262, 269, -1, 203),
+      range("autograd::engine::evaluate_function: GatedDeltaBackward", 2, 271, 290, 6),
+      range("aten::bmm", 2, 272, 289, -1, 204),
+  };
+  std::vector<TraceEvent> events = trace;
+  for (auto [correlation, ns] : std::vector<std::pair<std::uint64_t, std::uint64_t>>{
+           {102, 10}, {103, 20}, {104, 5}, {106, 3}, {107, 4}, {201, 15}, {202, 2}, {203, 1}, {204, 6}, {999, 7}}) {
+    events.push_back(kernel(correlation, ns));
+  }
+  train::TimeAttribution const t = train::attribute_time(events);
+  std::map<std::string, train::ScopeTime> by_scope;
+  for (train::ScopeTime const& s : t.scopes) by_scope[s.scope] = s;
+  auto expect_scope = [&](std::string const& scope, double fwd_ns, double bwd_ns, std::int64_t kernels) {
+    ASSERT_EQ(by_scope.count(scope), 1u) << "no scope '" << scope << "'";
+    train::ScopeTime const& s = by_scope[scope];
+    EXPECT_DOUBLE_EQ(s.forward_seconds, fwd_ns * 1e-9) << scope;
+    EXPECT_DOUBLE_EQ(s.backward_seconds, bwd_ns * 1e-9) << scope;
+    EXPECT_EQ(s.kernels, kernels) << scope;
+  };
+  expect_scope("GEMM projections", 10, 15, 2);
+  expect_scope("gated_delta", 20, 6, 2);  // the backward found through the last op numbered 6, not aten::mul
+  expect_scope("other: aten::add", 5, 0, 1);
+  expect_scope("other: aten::to", 3, 0, 1);  // the outermost op, not the copy_ inside it
+  expect_scope("optimizer", 4, 0, 1);
+  expect_scope("other: ToCopyBackward0", 0, 2, 1);
+  expect_scope("other: AccumulateGrad", 0, 1, 1);
+  expect_scope("other: (no launching op recorded)", 7, 0, 1);
+  EXPECT_EQ(by_scope.size(), 8u);
+  EXPECT_EQ(t.scopes.front().scope, "gated_delta");  // most GPU time first (26 ns)
+
+  ASSERT_EQ(t.layers.size(), 1u);
+  train::LayerTime const& l = t.layers[0];
+  EXPECT_EQ(l.type, "linear_attention");
+  EXPECT_EQ(l.layers, 1);
+  EXPECT_DOUBLE_EQ(l.forward_host_seconds, 100e-9);
+  EXPECT_DOUBLE_EQ(l.backward_host_seconds, (50 + 9 + 19) * 1e-9);  // its three nodes; AccumulateGrad has no layer
+  EXPECT_DOUBLE_EQ(l.forward_gpu_seconds, (10 + 20 + 5 + 3) * 1e-9);
+  EXPECT_DOUBLE_EQ(l.backward_gpu_seconds, (15 + 2 + 6) * 1e-9);
+}
+
+// A checkpointed layer's recomputation runs inside the backward node of the checkpoint. Its host time counts once
+// toward the layer: the whole node when the node's creator is known to be in the layer (the layer ran under no-grad
+// before the node was made, so its ops carry the node's number), else the recomputed layer range and the nodes the
+// recomputation created.
+TEST(StepProfiler, CountsACheckpointedLayersRecomputationOnceAsItsBackward) {
+  using train::TraceEvent;
+  auto range = [](std::string name, std::uint64_t start, std::uint64_t end, std::int64_t seq = -1) {
+    TraceEvent e;
+    e.name = std::move(name);
+    e.thread = 1;
+    e.start_ns = start;
+    e.end_ns = end;
+    e.sequence_nr = seq;
+    e.forward_thread = 1;
+    return e;
+  };
+  for (bool creator_in_layer : {true, false}) {
+    std::vector<TraceEvent> const events = {
+        range(FUSEPACK_RANGE_PREFIX "layer 0 full_attention", 1, 4),
+        range("aten::linear", 2, 3, creator_in_layer ? 3 : -1),
+        range("aten::checkpoint_node", 5, 6, creator_in_layer ? -1 : 3),
+        range("autograd::engine::evaluate_function: CheckpointBackward", 100, 200, 3),
+        range(FUSEPACK_RANGE_PREFIX "layer 0 full_attention", 110, 150),
+        range("aten::linear", 120, 130, 9),  // the recomputation creates node 9
+        range("autograd::engine::evaluate_function: MmBackward0", 160, 190, 9),
+    };
+    train::TimeAttribution const t = train::attribute_time(events);
+    ASSERT_EQ(t.layers.size(), 1u);
+    EXPECT_EQ(t.layers[0].layers, 1);
+    EXPECT_DOUBLE_EQ(t.layers[0].forward_host_seconds, 3e-9);
+    EXPECT_DOUBLE_EQ(t.layers[0].backward_host_seconds, (creator_in_layer ? 100 : 40 + 30) * 1e-9)
+        << "creator in the layer: " << creator_in_layer;
+  }
 }
 
 // The profile's guard against an op running another implementation than the run asked for: a profiler told the run

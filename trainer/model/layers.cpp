@@ -4,30 +4,84 @@
 #include "kernels/ops/conv1d.h"
 #include "kernels/ops/gated_delta.h"
 #include "kernels/ops/gated_rmsnorm.h"
+#include "kernels/ops/op_scope.h"
 #include "kernels/ops/rmsnorm.h"
 #include "kernels/ops/rope.h"
 #include "kernels/ops/swiglu.h"
 
 #include <ATen/ATen.h>
+#include <torch/csrc/autograd/custom_function.h>
 
 #include <cmath>
 
 namespace fusepack::model {
+namespace {
+
+// The profile's GEMM groups (kernels/ops/op_scope.h): the token mixers' input and output projections, and the MLP's
+// three projections. The head's GEMMs belong to the linear_cross_entropy op.
+constexpr char const* kProjections = FUSEPACK_RANGE_PREFIX "gemm projections";
+constexpr char const* kMlp = FUSEPACK_RANGE_PREFIX "gemm mlp";
+
+struct SplitColumnsFunction : torch::autograd::Function<SplitColumnsFunction> {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, at::Tensor const& x,
+                                                std::vector<std::int64_t> const& widths) {
+    ctx->saved_data["widths"] = widths;
+    torch::autograd::variable_list parts;
+    std::int64_t start = 0;
+    for (std::int64_t w : widths) {
+      parts.push_back(x.narrow(1, start, w).contiguous());
+      start += w;
+    }
+    return parts;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    std::vector<std::int64_t> const widths = ctx->saved_data["widths"].toIntVector();
+    at::Tensor const* known = nullptr;
+    for (at::Tensor const& g : grads) {
+      if (g.defined()) known = &g;
+    }
+    if (known == nullptr) return {at::Tensor(), at::Tensor()};
+    for (std::size_t i = 0; i < grads.size(); ++i) {
+      if (!grads[i].defined()) grads[i] = at::zeros({known->size(0), widths[i]}, known->options());
+    }
+    return {at::cat(grads, 1), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+std::vector<at::Tensor> split_columns(at::Tensor const& x, std::vector<std::int64_t> const& widths) {
+  TORCH_CHECK(x.dim() == 2, "split_columns: x must be 2-D [R, C]; got shape ", x.sizes());
+  std::int64_t total = 0;
+  for (std::int64_t w : widths) {
+    TORCH_CHECK(w >= 0, "split_columns: widths must be >= 0; got ", w);
+    total += w;
+  }
+  TORCH_CHECK(total == x.size(1), "split_columns: the widths sum to ", total, " but x has ", x.size(1), " columns");
+  return SplitColumnsFunction::apply(x, widths);
+}
 
 at::Tensor gated_deltanet(at::Tensor const& x_TH, GatedDeltaNetWeights const& w, Qwen35Config const& c,
                           SequenceLayout const& seq, ops::Backend backend) {
   int64_t const T = x_TH.size(0), Hk = c.linear_num_key_heads, Hv = c.linear_num_value_heads;
   int64_t const dk = c.linear_key_head_dim, dv = c.linear_value_head_dim, Kd = c.linear_key_dim();
   int64_t const Vd = c.linear_value_dim();
-  at::Tensor const mixed_TC = at::linear(x_TH, w.in_proj_qkv);
-  at::Tensor const z_THvdv = at::linear(x_TH, w.in_proj_z).view({T, Hv, dv});
-  at::Tensor const b_THv = at::linear(x_TH, w.in_proj_b);
-  at::Tensor const a_THv = at::linear(x_TH, w.in_proj_a);
+  at::Tensor mixed_TC, z_THvdv, b_THv, a_THv;
+  {
+    FUSEPACK_PROFILE_RANGE(range, kProjections);
+    mixed_TC = at::linear(x_TH, w.in_proj_qkv);
+    z_THvdv = at::linear(x_TH, w.in_proj_z).view({T, Hv, dv});
+    b_THv = at::linear(x_TH, w.in_proj_b);
+    a_THv = at::linear(x_TH, w.in_proj_a);
+  }
 
   at::Tensor const conv_TC = ops::conv1d(mixed_TC, w.conv1d.squeeze(1), seq.cu_seqlens, /*silu=*/true, backend);
-  at::Tensor const q_THkdk = conv_TC.narrow(1, 0, Kd).reshape({T, Hk, dk}).contiguous();
-  at::Tensor const k_THkdk = conv_TC.narrow(1, Kd, Kd).reshape({T, Hk, dk}).contiguous();
-  at::Tensor const v_THvdv = conv_TC.narrow(1, 2 * Kd, Vd).reshape({T, Hv, dv}).contiguous();
+  std::vector<at::Tensor> const qkv = split_columns(conv_TC, {Kd, Kd, Vd});
+  at::Tensor const q_THkdk = qkv[0].view({T, Hk, dk});
+  at::Tensor const k_THkdk = qkv[1].view({T, Hk, dk});
+  at::Tensor const v_THvdv = qkv[2].view({T, Hv, dv});
 
   // The decay is computed in fp32 whatever the model dtype (HF: A_log.float(), a.float()); fp64 models keep fp64.
   at::ScalarType const decay_type = x_TH.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
@@ -40,27 +94,42 @@ at::Tensor gated_deltanet(at::Tensor const& x_TH, GatedDeltaNetWeights const& w,
                                               seq.cu_seqlens, scale, /*use_qk_l2norm=*/true, backend)
                                  .o;
   at::Tensor const y_THvdv = ops::gated_rmsnorm(o_THvdv, z_THvdv.contiguous(), w.norm, c.rms_norm_eps, backend);
+  FUSEPACK_PROFILE_RANGE(range, kProjections);
   return at::linear(y_THvdv.reshape({T, Vd}), w.out_proj);
 }
 
 at::Tensor gated_attention(at::Tensor const& x_TH, AttentionWeights const& w, Qwen35Config const& c,
                            SequenceLayout const& seq, ops::Backend backend) {
   int64_t const T = x_TH.size(0), Hq = c.num_attention_heads, Hkv = c.num_key_value_heads, D = c.head_dim;
-  at::Tensor const qg_THq2D = at::linear(x_TH, w.q_proj).view({T, Hq, 2 * D});  // per head [query | gate]
-  at::Tensor const gate_THqD = qg_THq2D.narrow(2, D, D).contiguous();
-  at::Tensor q_THqD = ops::rmsnorm(qg_THq2D.narrow(2, 0, D).contiguous(), w.q_norm, c.rms_norm_eps, backend);
-  at::Tensor k_THkvD = ops::rmsnorm(at::linear(x_TH, w.k_proj).view({T, Hkv, D}), w.k_norm, c.rms_norm_eps, backend);
-  at::Tensor const v_THkvD = at::linear(x_TH, w.v_proj).view({T, Hkv, D});
+  at::Tensor qg_THq2D, k_THkvD, v_THkvD;
+  {
+    FUSEPACK_PROFILE_RANGE(range, kProjections);
+    qg_THq2D = at::linear(x_TH, w.q_proj).view({T, Hq, 2 * D});  // per head [query | gate]
+    k_THkvD = at::linear(x_TH, w.k_proj).view({T, Hkv, D});
+    v_THkvD = at::linear(x_TH, w.v_proj).view({T, Hkv, D});
+  }
+  std::vector<at::Tensor> const query_gate = split_columns(qg_THq2D.view({T * Hq, 2 * D}), {D, D});
+  at::Tensor const gate_THqD = query_gate[1].view({T, Hq, D});
+  at::Tensor q_THqD = ops::rmsnorm(query_gate[0].view({T, Hq, D}), w.q_norm, c.rms_norm_eps, backend);
+  k_THkvD = ops::rmsnorm(k_THkvD, w.k_norm, c.rms_norm_eps, backend);
   q_THqD = ops::rope(q_THqD, seq.position_ids, c.rotary_dim(), c.rope_theta, backend);
   k_THkvD = ops::rope(k_THkvD, seq.position_ids, c.rotary_dim(), c.rope_theta, backend);
   double const scale = 1.0 / std::sqrt(static_cast<double>(D));
   at::Tensor const o_THqD =
       ops::attention(q_THqD, k_THkvD, v_THkvD, seq.cu_seqlens, seq.max_seqlen, scale, gate_THqD, backend);
+  FUSEPACK_PROFILE_RANGE(range, kProjections);
   return at::linear(o_THqD.reshape({T, Hq * D}), w.o_proj);
 }
 
 at::Tensor mlp(at::Tensor const& x_TH, MlpWeights const& w, ops::Backend backend) {
-  at::Tensor const h_TI = ops::swiglu(at::linear(x_TH, w.gate_proj), at::linear(x_TH, w.up_proj), backend);
+  at::Tensor gate_TI, up_TI;
+  {
+    FUSEPACK_PROFILE_RANGE(range, kMlp);
+    gate_TI = at::linear(x_TH, w.gate_proj);
+    up_TI = at::linear(x_TH, w.up_proj);
+  }
+  at::Tensor const h_TI = ops::swiglu(gate_TI, up_TI, backend);
+  FUSEPACK_PROFILE_RANGE(range, kMlp);
   return at::linear(h_TI, w.down_proj);
 }
 

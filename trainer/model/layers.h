@@ -11,6 +11,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <vector>
 
 namespace fusepack::model {
 
@@ -48,6 +49,12 @@ struct MlpWeights {
   at::Tensor up_proj;    // [I, H]
   at::Tensor down_proj;  // [H, I]
 };
+
+// x [R, C] cut along its columns into contiguous parts [R, widths[i]] (Σ widths = C). Autograd's narrow + contiguous
+// would return each part's gradient as a zero-filled [R, C] tensor plus a copy and then add them (three passes over
+// [R, C] per part); here the parts' gradients are concatenated into one [R, C] tensor (a missing one as zeros). Same
+// values: the sum only ever added zeros.
+std::vector<at::Tensor> split_columns(at::Tensor const& x, std::vector<std::int64_t> const& widths);
 
 // in_proj_qkv → causal conv1d + SiLU per example over the q|k|v channels → split → g = −exp(A_log)·softplus(a +
 // dt_bias) (fp32; fp64 for fp64 activations) and β = σ(b) → gated delta rule with l2-normalised q, k and scale dk^-1/2

@@ -1,6 +1,7 @@
 #include "trainer/model/model.h"
 
 #include "kernels/ops/linear_cross_entropy.h"
+#include "kernels/ops/op_scope.h"
 #include "kernels/ops/rmsnorm.h"
 #include "trainer/model/checkpoint.h"
 #include "trainer/model/init.h"
@@ -214,6 +215,8 @@ ForwardOutput Qwen35ForCausalLM::forward(ModelBatch const& batch, WeightSource& 
     // outlive it; `owner` keeps a source made by forward itself).
     auto decoder_layer = [this, i, &weights, owner, gdn_seq, attn_seq, eps, backend](at::Tensor const& x,
                                                                                    bool recomputing) {
+      FUSEPACK_PROFILE_RANGE(range, FUSEPACK_RANGE_PREFIX "layer " + std::to_string(i) + " " +
+                                        layer_type_name(config_.layer_types[i]));
       WeightGroup const group = WeightGroup::decoder_layer(i);
       LayerWeights const layer = layer_weights(weights.acquire(group, recomputing), i);
       at::Tensor const h_TH = ops::rmsnorm(x, layer.input_layernorm, eps, backend);
@@ -236,7 +239,9 @@ ForwardOutput Qwen35ForCausalLM::forward(ModelBatch const& batch, WeightSource& 
   if (!options.per_example_loss && !options.return_logits) {
     // The head and its loss as one op: with the fused backend in chunks of tokens, so the [T, vocab] logits (8 GB in
     // fp32 at T = 8192 with Qwen3.5's 248k vocabulary) never exist at once; the composite is the code below.
-    out.loss_sum = ops::linear_cross_entropy(normed_TH, lm_head, batch.labels, backend);
+    // The labels were checked when the batch was made (-100 or the next token, ids >= 0) and above (< vocab_size).
+    out.loss_sum = ops::linear_cross_entropy(normed_TH, lm_head, batch.labels, backend, /*chunk_tokens=*/0,
+                                             /*labels_checked=*/true);
   } else {
     // HF upcasts the logits to fp32 for the loss; fp64 models stay fp64. Per-example sums and the logits themselves
     // need the whole [T, vocab] logits.

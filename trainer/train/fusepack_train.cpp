@@ -117,8 +117,8 @@ int main(int argc, char** argv) {
   app.add_option("--weights", c.weights,
                  "initial weights: a safetensors file or a checkpoint folder (default: init from --seed)");
   app.add_option("--data", c.data, "JSONL file ({\"input_ids\": [...], \"labels\": [...]} per line) or "
-                                   "synthetic:n=1000,median=900,sigma=0.9,min=1,max=8192,prompt=0,seed=1")
-      ->required();
+                                   "synthetic:n=1000,median=900,sigma=0.9,min=1,max=8192,prompt=0,seed=1 "
+                                   "(required, except with --print-config)");
   app.add_option("--eval-data", c.eval_data,
                  "evaluation set, as --data: its mean loss (no gradient, no update) is logged and recorded in "
                  "--metrics every --eval-every steps and after the last; cut into micro-batches as the training data");
@@ -199,6 +199,10 @@ int main(int argc, char** argv) {
   app.add_flag("!--no-progress", args.progress,
                "no progress bar (drawn only when stderr is a terminal) and no progress lines of long phases (reading "
                "a large dataset, planning epochs, building a large model: on stderr every 2 s)");
+  bool print_config = false;
+  app.add_flag("--print-config", print_config,
+               "print the model's Hugging Face config.json (of --preset or --config) on stdout and exit: what "
+               "transformers' Qwen3_5TextConfig reads, so a baseline can be built on the same model");
   app.add_flag("--dry-run", c.dry_run,
                "load the model config and data, check every setting, plan the run, print the plan (steps, epochs, "
                "tokens and examples per micro-batch, padding, memory of weights + gradients + AdamW state) and exit "
@@ -221,6 +225,24 @@ int main(int argc, char** argv) {
                    path_option);
       return 2;
     }
+  }
+
+  if (print_config) {
+    if (c.preset.empty() == c.model_config.empty()) {
+      std::fprintf(stderr, "fusepack-train: --print-config: give exactly one of --preset and --config\n");
+      return 2;
+    }
+    try {
+      std::cout << train::load_model_config(c).to_json() << "\n";
+      return 0;
+    } catch (std::exception const& e) {
+      std::fprintf(stderr, "fusepack-train: --print-config: %s\n", e.what());
+      return 2;
+    }
+  }
+  if (app.count("--data") == 0) {
+    std::fprintf(stderr, "fusepack-train: --data is required\nRun with --help for more information.\n");
+    return 2;
   }
 
   // TrainConfig reads eval_every 0 as "not given": a given 0 (or less) is named here.

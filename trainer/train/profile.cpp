@@ -5,6 +5,8 @@
 
 #include <ATen/Context.h>
 #include <ATen/detail/CUDAHooksInterface.h>
+#include <c10/core/CachingDeviceAllocator.h>
+#include <kineto/ActivityType.h>
 #include <torch/csrc/autograd/profiler_kineto.h>
 
 #include <algorithm>
@@ -83,7 +85,149 @@ std::pair<double, double> overlap(std::vector<std::pair<std::int64_t, std::int64
   return {total, covered};
 }
 
+// ---- Attribution of time to scopes
+
+constexpr char kEvaluateFunction[] = "autograd::engine::evaluate_function: ";
+constexpr char kGemmRange[] = FUSEPACK_RANGE_PREFIX "gemm ";
+constexpr char kLayerRange[] = FUSEPACK_RANGE_PREFIX "layer ";
+constexpr char kOptimizerRange[] = FUSEPACK_RANGE_PREFIX "optimizer";
+
+bool starts_with(std::string const& s, char const* prefix) { return s.rfind(prefix, 0) == 0; }
+
+// The scope a range names ("gated_delta", "GEMM mlp", "optimizer"), or "" when it names none.
+std::string scope_of_range(std::string const& name) {
+  std::string const op_prefix = FUSEPACK_OP_SCOPE_PREFIX;
+  if (starts_with(name, FUSEPACK_OP_SCOPE_PREFIX) && name.back() == ']') {  // "fusepack::rmsnorm backward [fused]"
+    std::string op = name.substr(op_prefix.size(), name.rfind(" [") - op_prefix.size());
+    std::size_t const backward = op.rfind(" backward");
+    if (backward != std::string::npos && backward + 9 == op.size()) op.resize(backward);
+    return op;
+  }
+  if (starts_with(name, kGemmRange)) return "GEMM " + name.substr(sizeof kGemmRange - 1);
+  if (name == kOptimizerRange) return "optimizer";
+  return "";
+}
+
+// "fusepack.layer 3 linear_attention" -> "linear_attention"; "" for other names.
+std::string layer_type_of_range(std::string const& name) {
+  if (!starts_with(name, kLayerRange)) return "";
+  std::size_t const space = name.find(' ', sizeof kLayerRange - 1);
+  return space == std::string::npos ? "layer" : name.substr(space + 1);
+}
+
+// What a CPU range passes on to the ranges and kernels under it.
+struct Context {
+  std::string scope;           // innermost named scope; "" when none
+  std::string top_op;          // outermost ATen op (or, in a backward, autograd node) since the last named range
+  std::string layer_type;      // the decoder layer's kind; "" outside layers
+  bool backward = false;       // inside an autograd node's evaluation
+  bool layer_counted = false;  // an enclosing range already counts toward its layer's backward host time
+};
+
 }  // namespace
+
+TimeAttribution attribute_time(std::vector<TraceEvent> const& events) {
+  // CPU ranges by thread, each thread's in start order (a parent before its children: longer first on equal starts).
+  std::vector<std::size_t> cpu;
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    if (!events[i].kernel) cpu.push_back(i);
+  }
+  std::sort(cpu.begin(), cpu.end(), [&](std::size_t a, std::size_t b) {
+    TraceEvent const &x = events[a], &y = events[b];
+    return std::make_tuple(x.thread, x.start_ns, y.end_ns, a) < std::make_tuple(y.thread, y.start_ns, x.end_ns, b);
+  });
+  std::vector<Context> context(events.size());
+  std::map<std::pair<std::uint64_t, std::int64_t>, std::size_t> creator;  // (thread, sequence nr) -> forward op
+  std::map<std::int64_t, std::size_t> creator_any_thread;
+  std::map<std::string, LayerTime> layers;
+  // Pass 1 gives every forward op its scopes; pass 2 gives backward nodes their creators' and measures the host time.
+  for (int pass = 1; pass <= 2; ++pass) {
+    std::vector<std::size_t> stack;
+    for (std::size_t k = 0; k < cpu.size(); ++k) {
+      std::size_t const i = cpu[k];
+      TraceEvent const& e = events[i];
+      if (k > 0 && events[cpu[k - 1]].thread != e.thread) stack.clear();
+      while (!stack.empty() && events[stack.back()].end_ns <= e.start_ns) stack.pop_back();
+      Context c = stack.empty() ? Context{} : context[stack.back()];
+      double const seconds = static_cast<double>(e.end_ns - e.start_ns) * 1e-9;
+      std::string const scope = scope_of_range(e.name), layer_type = layer_type_of_range(e.name);
+      if (starts_with(e.name, kEvaluateFunction)) {
+        c.backward = true;
+        c.top_op = e.name.substr(sizeof kEvaluateFunction - 1);
+        if (pass == 2 && e.sequence_nr >= 0) {
+          auto it = creator.find({e.forward_thread, e.sequence_nr});
+          std::size_t const* found = it != creator.end() ? &it->second : nullptr;
+          auto any = creator_any_thread.find(e.sequence_nr);
+          if (found == nullptr && any != creator_any_thread.end()) found = &any->second;
+          if (found != nullptr) {
+            if (c.scope.empty()) c.scope = context[*found].scope;
+            if (c.layer_type.empty()) c.layer_type = context[*found].layer_type;
+          }
+        }
+      } else if (!scope.empty()) {
+        c.scope = scope;
+        c.top_op.clear();
+      } else if (!layer_type.empty()) {
+        c.layer_type = layer_type;
+        c.top_op.clear();
+        if (pass == 2 && !c.backward) {
+          layers[layer_type].layers += 1;
+          layers[layer_type].forward_host_seconds += seconds;
+        }
+      } else if (c.top_op.empty()) {
+        c.top_op = e.name;
+      }
+      // A backward's host time goes to its layer once, at the outermost range that knows the layer: an autograd node
+      // its forward created, or a checkpointed layer's recomputation.
+      if (pass == 2 && c.backward && !c.layer_type.empty() && !c.layer_counted &&
+          (starts_with(e.name, kEvaluateFunction) || !layer_type.empty())) {
+        layers[c.layer_type].backward_host_seconds += seconds;
+        c.layer_counted = true;
+      }
+      context[i] = c;
+      // The last op carrying a number created the node: forward ops, and those of a checkpointed layer's
+      // recomputation (in a backward, under a layer's range; other ranges in a backward carry their node's number).
+      if (pass == 1 && e.sequence_nr >= 0 && !starts_with(e.name, kEvaluateFunction) &&
+          (!c.backward || !c.layer_type.empty())) {
+        creator[{e.thread, e.sequence_nr}] = i;
+        if (!c.backward) creator_any_thread[e.sequence_nr] = i;
+      }
+      stack.push_back(i);
+    }
+  }
+  std::map<std::uint64_t, std::size_t> launcher;  // correlation id -> CPU op
+  for (std::size_t i : cpu) {
+    if (events[i].correlation != 0) launcher.emplace(events[i].correlation, i);
+  }
+  std::map<std::string, ScopeTime> scopes;
+  for (TraceEvent const& e : events) {
+    if (!e.kernel) continue;
+    auto const it = launcher.find(e.correlation);
+    Context const c = it == launcher.end() ? Context{} : context[it->second];
+    std::string const scope =
+        !c.scope.empty() ? c.scope
+                         : "other: " + (it == launcher.end() ? std::string("(no launching op recorded)") : c.top_op);
+    double const seconds = static_cast<double>(e.end_ns - e.start_ns) * 1e-9;
+    ScopeTime& t = scopes[scope];
+    t.scope = scope;
+    (c.backward ? t.backward_seconds : t.forward_seconds) += seconds;
+    t.kernels += 1;
+    if (!c.layer_type.empty()) {
+      LayerTime& l = layers[c.layer_type];
+      (c.backward ? l.backward_gpu_seconds : l.forward_gpu_seconds) += seconds;
+    }
+  }
+  TimeAttribution out;
+  for (auto& [name, t] : scopes) out.scopes.push_back(t);
+  std::stable_sort(out.scopes.begin(), out.scopes.end(), [](ScopeTime const& a, ScopeTime const& b) {
+    return a.forward_seconds + a.backward_seconds > b.forward_seconds + b.backward_seconds;
+  });
+  for (auto& [type, l] : layers) {
+    l.type = type;
+    out.layers.push_back(l);
+  }
+  return out;
+}
 
 StepProfiler::StepProfiler(std::int64_t step, std::string backend, bool cuda, int cuda_device)
     : step_(step), backend_(std::move(backend)), cuda_(cuda), cuda_device_(cuda_device) {
@@ -95,6 +239,14 @@ StepProfiler::StepProfiler(std::int64_t step, std::string backend, bool cuda, in
   if (!cuda_) ::setenv("KINETO_LOG_LEVEL", "5", /*overwrite=*/0);
   ProfilerConfig const config(ProfilerState::KINETO);
   sync_cuda(cuda_, cuda_device_);  // nothing of earlier steps in the profiled window
+  if (cuda_) {
+    c10::DeviceIndex const index = static_cast<c10::DeviceIndex>(cuda_device_);
+    c10::CachingDeviceAllocator::DeviceStats const stats = c10::getDeviceAllocator(c10::kCUDA)->getDeviceStats(index);
+    auto const& allocated = stats.allocated_bytes[static_cast<std::size_t>(c10::CachingAllocator::StatType::AGGREGATE)];
+    start_bytes_ = allocated.current;
+    peak_bytes_before_ = allocated.peak;
+    c10::getDeviceAllocator(c10::kCUDA)->resetPeakStats(index);
+  }
   prof::prepareProfiler(config, activities(cuda_));
   prof::enableProfiler(config, activities(cuda_));
   running_ = true;
@@ -121,13 +273,37 @@ StepProfile StepProfiler::stop() {
   p.step = step_;
   p.backend = backend_;
   p.wall_seconds = static_cast<double>(end_ns - start_ns_) * 1e-9;
+  if (cuda_) {
+    c10::CachingDeviceAllocator::DeviceStats const stats =
+        c10::getDeviceAllocator(c10::kCUDA)->getDeviceStats(static_cast<c10::DeviceIndex>(cuda_device_));
+    p.peak_bytes =
+        stats.allocated_bytes[static_cast<std::size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak;
+    p.start_bytes = start_bytes_;
+    p.peak_bytes_before = peak_bytes_before_;
+  }
   std::map<std::string, std::int64_t> cpu, gpu, ours, implementations;
+  std::map<std::string, double> gpu_seconds;
   std::vector<std::pair<std::int64_t, std::int64_t>> comm, compute;  // kernel intervals [start, end) in ns
+  std::vector<TraceEvent> trace;
   std::string const scope_prefix = FUSEPACK_OP_SCOPE_PREFIX, implementation_suffix = " [" + backend_ + "]";
   for (prof::KinetoEvent const& e : result->events()) {
     std::string const name = e.name();
+    auto const type = static_cast<libkineto::ActivityType>(e.activityType());
     if (e.deviceType() == c10::DeviceType::CPU) {
       if (e.isAsync() || e.isHiddenEvent()) continue;
+      if (type == libkineto::ActivityType::CUDA_RUNTIME || type == libkineto::ActivityType::CUDA_DRIVER) {
+        ++p.cuda_api_calls;  // cudaLaunchKernel and the like: the host's cost of a launch, not an op
+        continue;
+      }
+      TraceEvent t;
+      t.name = name;
+      t.thread = e.startThreadId();
+      t.start_ns = e.startNs();
+      t.end_ns = e.endNs();
+      t.sequence_nr = e.sequenceNr();
+      t.forward_thread = e.fwdThreadId();
+      t.correlation = e.correlationId();
+      trace.push_back(std::move(t));
       if (name.rfind(scope_prefix, 0) == 0 && name.back() == ']') {  // an op range of kernels/ops/op_scope.h
         ++implementations[name.substr(scope_prefix.size())];
         bool const on_backend = name.size() >= implementation_suffix.size() &&
@@ -136,9 +312,12 @@ StepProfile StepProfiler::stop() {
         if (!on_backend) ++p.ops_not_on_backend;
         continue;
       }
+      if (name.rfind(FUSEPACK_RANGE_PREFIX, 0) == 0) continue;  // a layer, GEMM group or optimizer range
       ++p.cpu_op_calls;
       ++cpu[name];
     } else if (e.deviceType() == c10::DeviceType::CUDA) {
+      // A named CPU range's span on the GPU timeline (Kineto's GPU user annotation): not a kernel.
+      if (type == libkineto::ActivityType::GPU_USER_ANNOTATION) continue;
       if (is_memory_activity(name)) {
         ++p.gpu_memory_ops;
         continue;
@@ -146,9 +325,17 @@ StepProfile StepProfiler::stop() {
       ++p.gpu_kernels;
       ++gpu[name];
       p.gpu_kernel_seconds += static_cast<double>(e.durationNs()) * 1e-9;
+      gpu_seconds[name] += static_cast<double>(e.durationNs()) * 1e-9;
       std::pair<std::int64_t, std::int64_t> const span{static_cast<std::int64_t>(e.startNs()),
                                                        static_cast<std::int64_t>(e.startNs() + e.durationNs())};
       (name.rfind("nccl", 0) == 0 ? comm : compute).push_back(span);
+      TraceEvent t;
+      t.name = name;
+      t.kernel = true;
+      t.start_ns = e.startNs();
+      t.end_ns = e.startNs() + e.durationNs();
+      t.correlation = e.linkedCorrelationId();
+      trace.push_back(std::move(t));
       if (name.find("fusepack::") != std::string::npos) ++ours[name];
     }
   }
@@ -156,9 +343,60 @@ StepProfile StepProfiler::stop() {
   std::tie(p.comm_kernel_seconds, p.comm_overlapped_seconds) = overlap(comm, std::move(compute));
   p.top_cpu_ops = most_frequent(cpu, 10);
   p.top_gpu_kernels = most_frequent(gpu, 10);
+  for (auto const& [name, seconds] : gpu_seconds) p.slowest_gpu_kernels.push_back({name, seconds, gpu[name]});
+  std::stable_sort(p.slowest_gpu_kernels.begin(), p.slowest_gpu_kernels.end(),
+                   [](auto const& a, auto const& b) { return a.seconds > b.seconds; });
+  if (p.slowest_gpu_kernels.size() > 10) p.slowest_gpu_kernels.resize(10);
   p.fusepack_kernels = most_frequent(ours, ours.size());
   p.op_implementations = most_frequent(implementations, implementations.size());
+  p.time = attribute_time(trace);
   return p;
+}
+
+std::string time_attribution_text(TimeAttribution const& t, double gpu_kernel_seconds) {
+  char buf[512];
+  std::string out;
+  if (!t.scopes.empty()) {
+    out += "  GPU time by scope (ms forward + backward = total, share of kernel time; kernels):\n";
+    std::size_t const shown = std::min<std::size_t>(t.scopes.size(), 16);
+    for (std::size_t i = 0; i < t.scopes.size(); ++i) {
+      ScopeTime const& s = t.scopes[i];
+      double const total = s.forward_seconds + s.backward_seconds;
+      if (i < shown) {
+        std::snprintf(buf, sizeof buf, "    %-40s %9.3f + %9.3f = %9.3f  %5.1f%%  %7s\n",
+                      shortened(s.scope, 40).c_str(), s.forward_seconds * 1e3, s.backward_seconds * 1e3, total * 1e3,
+                      gpu_kernel_seconds > 0 ? 100.0 * total / gpu_kernel_seconds : 0.0, grouped(s.kernels).c_str());
+        out += buf;
+      }
+    }
+    if (t.scopes.size() > shown) {
+      double rest = 0;
+      std::int64_t kernels = 0;
+      for (std::size_t i = shown; i < t.scopes.size(); ++i) {
+        rest += t.scopes[i].forward_seconds + t.scopes[i].backward_seconds;
+        kernels += t.scopes[i].kernels;
+      }
+      std::snprintf(buf, sizeof buf, "    %-40s %33.3f  %5.1f%%  %7s\n",
+                    ("the other " + std::to_string(t.scopes.size() - shown) + " scopes").c_str(), rest * 1e3,
+                    gpu_kernel_seconds > 0 ? 100.0 * rest / gpu_kernel_seconds : 0.0, grouped(kernels).c_str());
+      out += buf;
+    }
+  }
+  if (!t.layers.empty()) {
+    out += "  per decoder layer (ms, mean over the layers of a kind; host: the CPU's time in its forward and backward, "
+           "GPU: its kernels):\n";
+    for (LayerTime const& l : t.layers) {
+      double const n = l.layers > 0 ? static_cast<double>(l.layers) : 1.0;
+      std::snprintf(buf, sizeof buf,
+                    "    %-18s %3lld layers  host %8.3f + %8.3f = %8.3f   GPU %8.3f + %8.3f = %8.3f\n",
+                    l.type.c_str(), static_cast<long long>(l.layers), l.forward_host_seconds * 1e3 / n,
+                    l.backward_host_seconds * 1e3 / n, (l.forward_host_seconds + l.backward_host_seconds) * 1e3 / n,
+                    l.forward_gpu_seconds * 1e3 / n, l.backward_gpu_seconds * 1e3 / n,
+                    (l.forward_gpu_seconds + l.backward_gpu_seconds) * 1e3 / n);
+      out += buf;
+    }
+  }
+  return out;
 }
 
 std::string profile_text(StepProfile const& p) {
@@ -167,7 +405,8 @@ std::string profile_text(StepProfile const& p) {
   std::snprintf(buf, sizeof buf, "profile of step %lld (backend %s)\n", static_cast<long long>(p.step),
                 p.backend.c_str());
   out += buf;
-  out += "  CPU op calls:   " + grouped(p.cpu_op_calls) + "\n";
+  out += "  CPU op calls:   " + grouped(p.cpu_op_calls) +
+         (p.cuda_api_calls > 0 ? " (+ " + grouped(p.cuda_api_calls) + " CUDA API calls)" : std::string()) + "\n";
   out += "  GPU kernels:    " + grouped(p.gpu_kernels) + " (+ " + grouped(p.gpu_memory_ops) + " memcpy/memset)\n";
   std::snprintf(buf, sizeof buf, "  step wall time: %.3f ms (CPU side, GPU waited for)\n  GPU kernel time: %.3f ms (%.1f%% of the wall time)\n",
                 p.wall_seconds * 1e3, p.gpu_kernel_seconds * 1e3,
@@ -182,6 +421,13 @@ std::string profile_text(StepProfile const& p) {
                   (p.comm_kernel_seconds - p.comm_overlapped_seconds) * 1e3);
     out += buf;
   }
+  if (p.peak_bytes >= 0) {
+    auto gib = [](std::int64_t bytes) { return static_cast<double>(bytes) / (1 << 30); };
+    std::snprintf(buf, sizeof buf, "  GPU memory:     %.2f GiB allocated at the start, %.2f GiB at the peak of the step\n",
+                  gib(p.start_bytes), gib(p.peak_bytes));
+    out += buf;
+  }
+  out += time_attribution_text(p.time, p.gpu_kernel_seconds);
   auto list = [&](char const* title, NameCounts const& items) {
     out += std::string("  ") + title + (items.empty() ? " none\n" : "\n");
     for (auto const& [name, count] : items) {
@@ -191,6 +437,14 @@ std::string profile_text(StepProfile const& p) {
   };
   list("most frequent CPU ops:", p.top_cpu_ops);
   list("most frequent GPU kernels:", p.top_gpu_kernels);
+  if (!p.slowest_gpu_kernels.empty()) {
+    out += "  GPU kernels with the most time (ms, launches):\n";
+    for (auto const& k : p.slowest_gpu_kernels) {
+      std::snprintf(buf, sizeof buf, "    %9.3f  %6s  %s\n", k.seconds * 1e3, grouped(k.launches).c_str(),
+                    shortened(k.name, 96).c_str());
+      out += buf;
+    }
+  }
   list("fusepack's own kernels:", p.fusepack_kernels);
   list("fusepack ops by the implementation that ran (forward calls):", p.op_implementations);
   std::int64_t calls = 0;

@@ -12,11 +12,54 @@ namespace fusepack::train {
 
 using NameCounts = std::vector<std::pair<std::string, std::int64_t>>;  // most frequent first, then by name
 
+// One profiler record as attribute_time reads it: a plain copy of Kineto's fields, so tests can build traces.
+struct TraceEvent {
+  std::string name;
+  bool kernel = false;               // a GPU kernel; otherwise a CPU range (an op, an autograd node, a named range)
+  std::uint64_t thread = 0;          // CPU ranges: the thread that ran it
+  std::uint64_t start_ns = 0, end_ns = 0;
+  std::int64_t sequence_nr = -1;     // CPU ranges: autograd's sequence number (-1: none)
+  std::uint64_t forward_thread = 0;  // CPU ranges: the thread whose sequence numbers sequence_nr counts
+  std::uint64_t correlation = 0;     // CPU ranges: their id; kernels: the id of the CPU op that launched them (0: none)
+};
+
+// GPU time of the kernels launched inside one scope, split by pass. A scope is a fusepack op ("gated_delta", its
+// forward and backward), a GEMM group ("GEMM projections", "GEMM mlp"; the head's GEMMs are linear_cross_entropy's),
+// "optimizer" (clipping and AdamW), or "other: NAME" with NAME the outermost ATen op (forward) or autograd node
+// (backward) that launched kernels outside every named scope.
+struct ScopeTime {
+  std::string scope;
+  double forward_seconds = 0, backward_seconds = 0;
+  std::int64_t kernels = 0;
+};
+
+// One kind of decoder layer ("linear_attention", "full_attention"): how many ran, and summed over them the host time
+// of their forward (the layer's range) and backward (the autograd nodes their forward created, recomputation of a
+// checkpointed layer included) and the GPU time of the kernels those launched.
+struct LayerTime {
+  std::string type;
+  std::int64_t layers = 0;
+  double forward_host_seconds = 0, backward_host_seconds = 0;
+  double forward_gpu_seconds = 0, backward_gpu_seconds = 0;
+};
+
+struct TimeAttribution {
+  std::vector<ScopeTime> scopes;  // most GPU time first
+  std::vector<LayerTime> layers;  // by type name
+};
+
+// Attributes each kernel to the scopes of the CPU op that launched it (Kineto's correlation ids). Forward ops take the
+// innermost enclosing range of kernels/ops/op_scope.h (an op, a GEMM group, a layer, the optimizer). A backward node
+// takes the scopes of the forward op that created it: the last forward op that carries its sequence number, the
+// number autograd gives the node when the forward op creates it.
+TimeAttribution attribute_time(std::vector<TraceEvent> const& events);
+
 struct StepProfile {
   std::int64_t step = 0;
   std::string backend;              // "composite" or "fused": every fusepack op ran it (the ops refuse, never fall back)
   std::int64_t cpu_op_calls = 0;    // ATen/autograd op calls recorded on the CPU, nested ones included (torch.profiler;
                                     // fusepack's own op ranges are counted in op_implementations instead)
+  std::int64_t cuda_api_calls = 0;  // CUDA runtime and driver calls (cudaLaunchKernel, ...), not counted as ops
   std::int64_t gpu_kernels = 0;     // kernels launched on the GPU (memory copies and sets not counted)
   std::int64_t gpu_memory_ops = 0;  // GPU memcpy/memset activities
   double wall_seconds = 0;          // the step from its first micro-batch to the end of the update, GPU waited for
@@ -28,11 +71,21 @@ struct StepProfile {
   double comm_overlapped_seconds = 0;
   NameCounts top_cpu_ops;           // up to 10
   NameCounts top_gpu_kernels;       // up to 10
+  struct KernelTime {
+    std::string name;
+    double seconds = 0;
+    std::int64_t launches = 0;
+  };
+  std::vector<KernelTime> slowest_gpu_kernels;  // up to 10, by summed duration
   NameCounts fusepack_kernels;      // GPU kernels of fusepack's own (kernels/ names), every one
   // Every fusepack op call of the step by the implementation that ran it, as the op recorded it
   // (kernels/ops/op_scope.h): "rmsnorm [fused]" -> 17. Observed, not assumed from the requested backend.
   NameCounts op_implementations;
   std::int64_t ops_not_on_backend = 0;  // op calls whose implementation is not `backend` (0 unless a bug)
+  TimeAttribution time;                  // GPU time by scope, host and GPU time per decoder layer
+  // CUDA: the caching allocator's bytes allocated when the step began, and the most allocated during it; the peak of
+  // the run before the step (the step's measurement resets the allocator's peak: the run's peak is the larger one).
+  std::int64_t start_bytes = -1, peak_bytes = -1, peak_bytes_before = -1;
 };
 
 // Starts PyTorch's profiler on construction (CPU activities, and CUDA's when `cuda`); stop() ends it and counts.
@@ -53,7 +106,12 @@ class StepProfiler {
   int cuda_device_;
   bool running_ = false;
   std::uint64_t start_ns_ = 0;
+  std::int64_t start_bytes_ = -1, peak_bytes_before_ = -1;
 };
+
+// The GPU time by scope (the 16 largest, then the rest summed) and the per-layer table, shares of
+// `gpu_kernel_seconds`; "" when `t` is empty.
+std::string time_attribution_text(TimeAttribution const& t, double gpu_kernel_seconds);
 
 // The report, several lines: "profile of step 3 (backend composite): 12,345 CPU op calls, 0 GPU kernels, ...".
 std::string profile_text(StepProfile const& p);

@@ -107,6 +107,8 @@ bool is_synthetic(std::string const& data) { return data.rfind("synthetic:", 0) 
 
 // ---- Model
 
+}  // namespace
+
 model::Qwen35Config load_model_config(TrainConfig const& c) {
   if (!c.preset.empty()) return model::preset(c.preset);
   std::filesystem::path path = c.model_config;
@@ -116,6 +118,8 @@ model::Qwen35Config load_model_config(TrainConfig const& c) {
   }
   return model::Qwen35Config::from_json_file(path.string());
 }
+
+namespace {
 
 model::ModelOptions model_options(TrainConfig const& c) {
   model::ModelOptions o;
@@ -1294,6 +1298,8 @@ RunResult run_training(TrainConfig const& given, RunOptions const& options) {
   }
   if (device.is_cuda()) {
     result.peak_device_bytes = device_allocated_bytes(device, true);
+    // A profiled step measures its own peak, resetting the allocator's: the run's peak is the larger of the two.
+    if (result.profile) result.peak_device_bytes = std::max(result.peak_device_bytes, result.profile->peak_bytes_before);
     auto gib = [](std::int64_t bytes) { return static_cast<double>(bytes) / (1 << 30); };
     std::ostringstream peak;
     peak << "peak GPU memory: " << std::fixed << std::setprecision(2) << gib(result.peak_device_bytes)

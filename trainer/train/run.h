@@ -96,6 +96,10 @@ struct RunResult {
 // not an exception: see RunResult::passed.
 RunResult run_training(TrainConfig const& config, RunOptions const& options = {});
 
+// The model config of a run: the preset, or config.json (a file, or the folder holding it). Throws
+// std::invalid_argument naming a missing file or an unknown preset.
+model::Qwen35Config load_model_config(TrainConfig const& c);
+
 // What differs between a golden's provenance and a run's beyond the batch layout and backend (model config, dataset,
 // seed, the rest of the batching and the optimizer): one sentence each; empty when the run repeats the golden's
 // settings. run_training prints them as notes before a golden check.

@@ -88,6 +88,7 @@ StepResult Trainer::step(std::vector<model::ModelBatch> const& micro_batches) {
   r.loss = normalizer.step_loss();
   r.targets = normalizer.global_targets();
   // Both throw NonFiniteGradNorm before any update.
+  FUSEPACK_PROFILE_RANGE(range, FUSEPACK_RANGE_PREFIX "optimizer");
   r.grad_norm = options_.clip_norm > 0 ? optim::clip_grad_norm(params_, options_.clip_norm, options_.all_reduce)
                                        : optim::grad_norm(params_, options_.all_reduce);
   adamw_.step(r.lr);
