@@ -1,5 +1,6 @@
 #include "trainer/checkpoint/safetensors.h"
 
+#include "packing/text.h"
 #include "trainer/checkpoint/files.h"
 #include "trainer/checkpoint/safetensors_header.h"
 
@@ -57,12 +58,7 @@ DtypeEntry const* find_dtype(at::ScalarType type) {
   return nullptr;
 }
 
-template <typename Ints>
-std::string shape_str(Ints const& shape) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
+using packing::shape_str;
 
 std::string in_quotes(std::string const& name) { return "'" + name + "'"; }
 

@@ -1,5 +1,7 @@
 #include "trainer/checkpoint/safetensors_header.h"
 
+#include "packing/text.h"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -13,11 +15,7 @@ namespace {
 
 using nlohmann::json;
 
-std::string shape_str(std::vector<std::int64_t> const& shape) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
+using packing::shape_str;
 
 std::string describe(json const& v) {
   std::string s = v.dump();

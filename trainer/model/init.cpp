@@ -1,5 +1,6 @@
 #include "trainer/model/init.h"
 
+#include "packing/text.h"
 #include "trainer/model/init_element.h"
 
 #include <ATen/ATen.h>
@@ -7,7 +8,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -24,13 +24,7 @@ namespace fusepack::model {
 
 namespace {
 
-std::string shape_str(c10::ArrayRef<std::int64_t> shape) {
-  std::ostringstream s;
-  s << '[';
-  for (std::size_t i = 0; i < shape.size(); ++i) s << (i ? ", " : "") << shape[i];
-  s << ']';
-  return s.str();
-}
+using packing::shape_str;
 
 [[noreturn]] void fail(ParameterSpec const& spec, std::string const& what) {
   throw std::invalid_argument("init_parameter_rows(" + spec.name + "): " + what);

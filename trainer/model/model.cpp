@@ -3,6 +3,7 @@
 #include "kernels/ops/linear_cross_entropy.h"
 #include "kernels/ops/op_scope.h"
 #include "kernels/ops/rmsnorm.h"
+#include "packing/text.h"
 #include "trainer/model/checkpoint.h"
 #include "trainer/model/init.h"
 
@@ -16,11 +17,7 @@
 namespace fusepack::model {
 namespace {
 
-std::string shape_str(at::IntArrayRef shape) {
-  std::ostringstream os;
-  os << shape;
-  return os.str();
-}
+using packing::shape_str;
 
 // "[a, b, c]" of at most `limit` names, then "and N more".
 std::string name_list(std::vector<std::string> const& names, std::size_t limit = 8) {

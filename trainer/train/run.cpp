@@ -16,6 +16,7 @@
 #include "trainer/train/fingerprint.h"
 #include "trainer/train/metrics.h"
 #include "trainer/train/profile.h"
+#include "trainer/train/source_commit.h"
 #include "trainer/train/trainer.h"
 #include "trainer/train/training_checkpoint.h"
 
@@ -43,9 +44,6 @@
 #include <sstream>
 #include <stdexcept>
 
-#ifndef FUSEPACK_SOURCE_DIR
-#error "FUSEPACK_SOURCE_DIR must name the source tree (for the golden's provenance.commit)"
-#endif
 #ifndef FUSEPACK_VERSION
 #error "FUSEPACK_VERSION must be defined (golden provenance.fusepack_version)"
 #endif
@@ -442,16 +440,6 @@ bool evaluates_after(TrainConfig const& c, std::int64_t step) {
 
 // ---- Provenance
 
-std::string shell_quoted(std::string const& s) {
-  if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_=.,:/+@%") ==
-                        std::string::npos) {
-    return s;
-  }
-  std::string out = "'";
-  for (char ch : s) out += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
-  return out + "'";
-}
-
 // micro_batches_per_step counts every rank's: what decides which examples a step trains on.
 Json batching_description(TrainConfig const& c, int world_size) {
   Json b;
@@ -704,25 +692,6 @@ std::vector<golden::StepRecord> RunResult::records() const {
   std::vector<golden::StepRecord> out;
   for (StepMetrics const& m : steps) out.push_back(m.record());
   return out;
-}
-
-std::string source_commit() {
-  auto capture = [](std::string const& command) {
-    std::string out;
-    FILE* pipe = ::popen(command.c_str(), "r");
-    if (!pipe) return std::string();
-    char buf[256];
-    std::size_t n;
-    while ((n = std::fread(buf, 1, sizeof buf, pipe)) > 0) out.append(buf, n);
-    if (::pclose(pipe) != 0) return std::string();
-    return out;
-  };
-  std::string const git = "git -C " + shell_quoted(FUSEPACK_SOURCE_DIR) + " ";
-  std::string sha = capture(git + "rev-parse HEAD 2>/dev/null");
-  while (!sha.empty() && (sha.back() == '\n' || sha.back() == '\r')) sha.pop_back();
-  if (sha.size() != 40) return "unknown";
-  std::string const status = capture(git + "status --porcelain 2>/dev/null");
-  return status.empty() ? sha : sha + "-dirty";
 }
 
 void write_weights(std::string const& dir, model::Qwen35Config const& config,

@@ -110,8 +110,4 @@ std::vector<std::string> provenance_differences(golden::Provenance const& golden
 void write_weights(std::string const& dir, model::Qwen35Config const& config,
                    std::vector<std::pair<std::string, at::Tensor>> const& parameters);
 
-// `git rev-parse HEAD` of the source tree fusepack was built from, "-dirty" appended when it has local changes;
-// "unknown" when git or the tree is not there.
-std::string source_commit();
-
 }  // namespace fusepack::train
