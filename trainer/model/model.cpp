@@ -190,18 +190,8 @@ ForwardOutput Qwen35ForCausalLM::forward(ModelBatch const& batch, WeightSource& 
   }
   ops::Backend const backend = options_.backend;
   double const eps = config_.rms_norm_eps;
-  int64_t const T = batch.num_tokens();
 
   SequenceLayout const seq{batch.cu_seqlens, batch.position_ids, batch.max_seqlen};
-  SequenceLayout whole = seq;  // the planted leaks' layout: one example spanning the pack
-  if (options.planted_leak != PlantedLeak::kNone) {
-    whole.cu_seqlens = at::tensor(std::vector<int32_t>{0, static_cast<int32_t>(T)},
-                                  at::TensorOptions().dtype(at::kInt))
-                           .to(device);
-    whole.max_seqlen = T;
-  }
-  SequenceLayout const gdn_seq = options.planted_leak == PlantedLeak::kGatedDeltaNetSpansPack ? whole : seq;
-  SequenceLayout const attn_seq = options.planted_leak == PlantedLeak::kAttentionSpansPack ? whole : seq;
 
   WeightGroup const embedding = WeightGroup::embedding();
   at::Tensor x_TH = at::embedding(weights.acquire(embedding).at("model.embed_tokens.weight"), batch.tokens);
@@ -210,16 +200,15 @@ ForwardOutput Qwen35ForCausalLM::forward(ModelBatch const& batch, WeightSource& 
   for (std::int64_t i = 0; i < config_.num_hidden_layers; ++i) {
     // By value: a checkpointed layer runs again in the backward, after this frame is gone (the model and the source
     // outlive it; `owner` keeps a source made by forward itself).
-    auto decoder_layer = [this, i, &weights, owner, gdn_seq, attn_seq, eps, backend](at::Tensor const& x,
-                                                                                   bool recomputing) {
+    auto decoder_layer = [this, i, &weights, owner, seq, eps, backend](at::Tensor const& x, bool recomputing) {
       FUSEPACK_PROFILE_RANGE(range, FUSEPACK_RANGE_PREFIX "layer " + std::to_string(i) + " " +
                                         layer_type_name(config_.layer_types[i]));
       WeightGroup const group = WeightGroup::decoder_layer(i);
       LayerWeights const layer = layer_weights(weights.acquire(group, recomputing), i);
       at::Tensor const h_TH = ops::rmsnorm(x, layer.input_layernorm, eps, backend);
       at::Tensor y_TH = x + (layer.type == LayerType::kLinearAttention
-                                 ? gated_deltanet(h_TH, layer.linear_attn, config_, gdn_seq, backend)
-                                 : gated_attention(h_TH, layer.self_attn, config_, attn_seq, backend));
+                                 ? gated_deltanet(h_TH, layer.linear_attn, config_, seq, backend)
+                                 : gated_attention(h_TH, layer.self_attn, config_, seq, backend));
       y_TH = y_TH + mlp(ops::rmsnorm(y_TH, layer.post_attention_layernorm, eps, backend), layer.mlp, backend);
       weights.release(group, y_TH, recomputing);
       return y_TH;

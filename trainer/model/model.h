@@ -43,17 +43,9 @@ struct ModelOptions {
   std::int64_t checkpoint_every = 0;
 };
 
-// Leaky variants, only for tests that must show the no-leak tests can fail; a training run never sets one.
-enum class PlantedLeak {
-  kNone,
-  kGatedDeltaNetSpansPack,  // the DeltaNet layers (conv1d and delta rule) see one example spanning the whole pack
-  kAttentionSpansPack,      // the attention layers see one example spanning the whole pack (positions still reset)
-};
-
 struct ForwardOptions {
   bool per_example_loss = false;  // also return each example's loss sum
   bool return_logits = false;     // also return the logits (tests)
-  PlantedLeak planted_leak = PlantedLeak::kNone;
 };
 
 struct ForwardOutput {
@@ -113,7 +105,7 @@ class Qwen35ForCausalLM {
 
   MixedPrecisionPolicy mixed_precision() const { return {options_.compute_dtype, std::nullopt}; }
 
- private:
+  // Decoder layer `layer`'s weights out of its group's name → weight map (WeightSource::acquire), by kind.
   struct LayerWeights {
     LayerType type;
     at::Tensor input_layernorm, post_attention_layernorm;  // [H] zero-centred
@@ -122,6 +114,8 @@ class Qwen35ForCausalLM {
     MlpWeights mlp;
   };
   LayerWeights layer_weights(GroupWeights const& w, std::int64_t layer) const;
+
+ private:
   // forward(batch, weights, options), keeping `owner` (the source, when forward made it) alive for recomputations.
   ForwardOutput forward(ModelBatch const& batch, WeightSource& weights, ForwardOptions const& options,
                         std::shared_ptr<WeightSource> owner) const;
