@@ -450,23 +450,25 @@ TEST(FusepackTrain, PrintConfigWritesThePresetsConfigJsonAndExits) {
   EXPECT_NE(none.out.find("give exactly one of --preset and --config"), std::string::npos) << none.out;
 }
 
+// A CPU range of a hand-built profiler trace; sequence numbers count thread 1's (the forward's) ops.
+train::TraceEvent trace_range(std::string name, std::uint64_t thread, std::uint64_t start, std::uint64_t end,
+                              std::int64_t seq = -1, std::uint64_t correlation = 0) {
+  train::TraceEvent e;
+  e.name = std::move(name);
+  e.thread = thread;
+  e.start_ns = start;
+  e.end_ns = end;
+  e.sequence_nr = seq;
+  e.forward_thread = 1;
+  e.correlation = correlation;
+  return e;
+}
+
 // attribute_time on a hand-built trace: forward ops take their innermost named range; a backward node takes the scope
 // and layer of the forward op that created it (the LAST forward op carrying its sequence number: ops that create no
 // node before it carry the same number); kernels count toward their launching op's scope and layer.
 TEST(StepProfiler, AttributesKernelsToScopesAndLayersThroughTheirLaunchingOps) {
   using train::TraceEvent;
-  auto range = [](std::string name, std::uint64_t thread, std::uint64_t start, std::uint64_t end,
-                  std::int64_t seq = -1, std::uint64_t correlation = 0) {
-    TraceEvent e;
-    e.name = std::move(name);
-    e.thread = thread;
-    e.start_ns = start;
-    e.end_ns = end;
-    e.sequence_nr = seq;
-    e.forward_thread = 1;  // backward nodes' sequence numbers count the forward thread's ops
-    e.correlation = correlation;
-    return e;
-  };
   auto kernel = [](std::uint64_t correlation, std::uint64_t ns) {
     TraceEvent e;
     e.name = "kernel";
@@ -478,27 +480,27 @@ TEST(StepProfiler, AttributesKernelsToScopesAndLayersThroughTheirLaunchingOps) {
   };
   std::vector<TraceEvent> const trace = {
       // forward, thread 1
-      range(FUSEPACK_RANGE_PREFIX "layer 0 linear_attention", 1, 0, 100),
-      range(FUSEPACK_RANGE_PREFIX "gemm projections", 1, 10, 30),
-      range("aten::linear", 1, 11, 29, 5, 101),
-      range("aten::mm", 1, 12, 28, 5, 102),
-      range("aten::mul", 1, 32, 35, 6, 108),  // creates no node: carries the next number, 6
-      range(FUSEPACK_OP_SCOPE_PREFIX "gated_delta [fused]", 1, 40, 60, -1, 103),
-      range("aten::empty", 1, 41, 42, 6, 109),  // inside the op whose node gets 6
-      range("aten::add", 1, 70, 80, 7, 104),
-      range("aten::to", 1, 82, 90, 8, 105),
-      range("aten::copy_", 1, 83, 89, -1, 106),
-      range(FUSEPACK_RANGE_PREFIX "optimizer", 1, 300, 400),
-      range("aten::_foreach_mul_", 1, 310, 320, -1, 107),
+      trace_range(FUSEPACK_RANGE_PREFIX "layer 0 linear_attention", 1, 0, 100),
+      trace_range(FUSEPACK_RANGE_PREFIX "gemm projections", 1, 10, 30),
+      trace_range("aten::linear", 1, 11, 29, 5, 101),
+      trace_range("aten::mm", 1, 12, 28, 5, 102),
+      trace_range("aten::mul", 1, 32, 35, 6, 108),  // creates no node: carries the next number, 6
+      trace_range(FUSEPACK_OP_SCOPE_PREFIX "gated_delta [fused]", 1, 40, 60, -1, 103),
+      trace_range("aten::empty", 1, 41, 42, 6, 109),  // inside the op whose node gets 6
+      trace_range("aten::add", 1, 70, 80, 7, 104),
+      trace_range("aten::to", 1, 82, 90, 8, 105),
+      trace_range("aten::copy_", 1, 83, 89, -1, 106),
+      trace_range(FUSEPACK_RANGE_PREFIX "optimizer", 1, 300, 400),
+      trace_range("aten::_foreach_mul_", 1, 310, 320, -1, 107),
       // backward, thread 2
-      range("autograd::engine::evaluate_function: MmBackward0", 2, 200, 250, 5),
-      range("aten::mm", 2, 205, 245, -1, 201),
-      range("autograd::engine::evaluate_function: ToCopyBackward0", 2, 251, 260, 8),
-      range("aten::to", 2, 252, 259, -1, 202),
-      range("autograd::engine::evaluate_function: AccumulateGrad", 2, 261, 270, -1),
-      range("aten::add_", 2, 262, 269, -1, 203),
-      range("autograd::engine::evaluate_function: GatedDeltaBackward", 2, 271, 290, 6),
-      range("aten::bmm", 2, 272, 289, -1, 204),
+      trace_range("autograd::engine::evaluate_function: MmBackward0", 2, 200, 250, 5),
+      trace_range("aten::mm", 2, 205, 245, -1, 201),
+      trace_range("autograd::engine::evaluate_function: ToCopyBackward0", 2, 251, 260, 8),
+      trace_range("aten::to", 2, 252, 259, -1, 202),
+      trace_range("autograd::engine::evaluate_function: AccumulateGrad", 2, 261, 270, -1),
+      trace_range("aten::add_", 2, 262, 269, -1, 203),
+      trace_range("autograd::engine::evaluate_function: GatedDeltaBackward", 2, 271, 290, 6),
+      trace_range("aten::bmm", 2, 272, 289, -1, 204),
   };
   std::vector<TraceEvent> events = trace;
   for (auto [correlation, ns] : std::vector<std::pair<std::uint64_t, std::uint64_t>>{
@@ -542,15 +544,8 @@ TEST(StepProfiler, AttributesKernelsToScopesAndLayersThroughTheirLaunchingOps) {
 // recomputation created.
 TEST(StepProfiler, CountsACheckpointedLayersRecomputationOnceAsItsBackward) {
   using train::TraceEvent;
-  auto range = [](std::string name, std::uint64_t start, std::uint64_t end, std::int64_t seq = -1) {
-    TraceEvent e;
-    e.name = std::move(name);
-    e.thread = 1;
-    e.start_ns = start;
-    e.end_ns = end;
-    e.sequence_nr = seq;
-    e.forward_thread = 1;
-    return e;
+  auto const range = [](std::string name, std::uint64_t start, std::uint64_t end, std::int64_t seq = -1) {
+    return trace_range(std::move(name), 1, start, end, seq);
   };
   for (bool creator_in_layer : {true, false}) {
     std::vector<TraceEvent> const events = {

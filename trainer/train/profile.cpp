@@ -1,11 +1,11 @@
 #include "trainer/train/profile.h"
 
 #include "kernels/ops/op_scope.h"
+#include "trainer/train/device_memory.h"
 #include "trainer/train/report.h"
 
 #include <ATen/Context.h>
 #include <ATen/detail/CUDAHooksInterface.h>
-#include <c10/core/CachingDeviceAllocator.h>
 #include <kineto/ActivityType.h>
 #include <torch/csrc/autograd/profiler_kineto.h>
 
@@ -240,12 +240,11 @@ StepProfiler::StepProfiler(std::int64_t step, std::string backend, bool cuda, in
   ProfilerConfig const config(ProfilerState::KINETO);
   sync_cuda(cuda_, cuda_device_);  // nothing of earlier steps in the profiled window
   if (cuda_) {
-    c10::DeviceIndex const index = static_cast<c10::DeviceIndex>(cuda_device_);
-    c10::CachingDeviceAllocator::DeviceStats const stats = c10::getDeviceAllocator(c10::kCUDA)->getDeviceStats(index);
-    auto const& allocated = stats.allocated_bytes[static_cast<std::size_t>(c10::CachingAllocator::StatType::AGGREGATE)];
+    c10::Device const device(c10::kCUDA, static_cast<c10::DeviceIndex>(cuda_device_));
+    AllocatedBytes const allocated = allocated_bytes(device);
     start_bytes_ = allocated.current;
     peak_bytes_before_ = allocated.peak;
-    c10::getDeviceAllocator(c10::kCUDA)->resetPeakStats(index);
+    reset_peak_allocated_bytes(device);
   }
   prof::prepareProfiler(config, activities(cuda_));
   prof::enableProfiler(config, activities(cuda_));
@@ -274,10 +273,7 @@ StepProfile StepProfiler::stop() {
   p.backend = backend_;
   p.wall_seconds = static_cast<double>(end_ns - start_ns_) * 1e-9;
   if (cuda_) {
-    c10::CachingDeviceAllocator::DeviceStats const stats =
-        c10::getDeviceAllocator(c10::kCUDA)->getDeviceStats(static_cast<c10::DeviceIndex>(cuda_device_));
-    p.peak_bytes =
-        stats.allocated_bytes[static_cast<std::size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak;
+    p.peak_bytes = allocated_bytes(c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(cuda_device_))).peak;
     p.start_bytes = start_bytes_;
     p.peak_bytes_before = peak_bytes_before_;
   }

@@ -13,6 +13,7 @@
 #include "trainer/parallel/fully_shard.h"
 #include "trainer/parallel/sharded_checkpoint.h"
 #include "trainer/checkpoint/files.h"
+#include "trainer/train/device_memory.h"
 #include "trainer/train/fingerprint.h"
 #include "trainer/train/metrics.h"
 #include "trainer/train/profile.h"
@@ -22,8 +23,6 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
-#include <c10/core/CachingDeviceAllocator.h>
-#include <c10/core/impl/VirtualGuardImpl.h>
 #include <nlohmann/json.hpp>
 
 #include <unistd.h>
@@ -54,17 +53,6 @@ namespace {
 using Json = nlohmann::ordered_json;
 using Clock = std::chrono::steady_clock;
 
-// The caching allocator's allocated bytes on a CUDA `device`: now, or the peak since the last reset.
-c10::DeviceIndex device_index(c10::Device device) {
-  return device.has_index() ? device.index() : c10::impl::VirtualGuardImpl(device.type()).getDevice().index();
-}
-
-std::int64_t device_allocated_bytes(c10::Device device, bool peak) {
-  auto const stats = c10::getDeviceAllocator(device.type())->getDeviceStats(device_index(device));
-  auto const& stat = stats.allocated_bytes[static_cast<std::size_t>(c10::CachingAllocator::StatType::AGGREGATE)];
-  return peak ? stat.peak : stat.current;
-}
-
 // A one-process run's weights, measuring on a CUDA device what the decoder layers' forward keeps for the backward:
 // the allocated bytes when the head's weights are asked for minus those when the embedding's are released, the most
 // over every micro-batch. That is what activation checkpointing trades for recomputation (the loss head's logits come
@@ -76,14 +64,14 @@ class LayerActivationMeter final : public model::WeightSource {
 
   model::GroupWeights acquire(model::WeightGroup const& group, bool recomputing) override {
     if (group.kind == model::WeightGroup::Kind::kHead && device().is_cuda()) {
-      most_ = std::max(most_, device_allocated_bytes(device(), false) - after_embedding_);
+      most_ = std::max(most_, allocated_bytes(device()).current - after_embedding_);
     }
     return inner_.acquire(group, recomputing);
   }
   void release(model::WeightGroup const& group, at::Tensor const& output, bool recomputing) override {
     inner_.release(group, output, recomputing);
     if (group.kind == model::WeightGroup::Kind::kEmbedding && device().is_cuda()) {
-      after_embedding_ = device_allocated_bytes(device(), false);
+      after_embedding_ = allocated_bytes(device()).current;
     }
   }
   void finish_backward() override { inner_.finish_backward(); }
@@ -1176,7 +1164,7 @@ RunResult run_training(TrainConfig const& given, RunOptions const& options) {
   }
   result.setup_seconds = seconds_since(start);
   if (device.is_cuda()) {  // the peak reported at the end is the training steps', not the loading's
-    c10::getDeviceAllocator(device.type())->resetPeakStats(device_index(device));
+    reset_peak_allocated_bytes(device);
   }
   std::ostringstream ready;
   ready << "ready in " << std::fixed << std::setprecision(1) << result.setup_seconds << " s";
@@ -1188,7 +1176,7 @@ RunResult run_training(TrainConfig const& given, RunOptions const& options) {
       profiler.emplace(s, ops::backend_name(config.backend), device.is_cuda(), device.has_index() ? device.index() : 0);
     }
     if (device.is_cuda()) {
-      result.resident_device_bytes = std::max(result.resident_device_bytes, device_allocated_bytes(device, false));
+      result.resident_device_bytes = std::max(result.resident_device_bytes, allocated_bytes(device).current);
     }
     Clock::time_point const step_start = Clock::now();
     StepMetrics m;
@@ -1232,7 +1220,7 @@ RunResult run_training(TrainConfig const& given, RunOptions const& options) {
     m.seconds = seconds_since(step_start);
     result.steps.push_back(m);
     log.line(step_log_line(m, config.steps));
-    if (metrics) metrics->step(m, device.is_cuda() ? device_allocated_bytes(device, false) : -1);
+    if (metrics) metrics->step(m, device.is_cuda() ? allocated_bytes(device).current : -1);
     if (profiler) {
       result.profile = profiler->stop();
       log.text(profile_text(*result.profile));
@@ -1266,7 +1254,7 @@ RunResult run_training(TrainConfig const& given, RunOptions const& options) {
     save_now(trainer->steps_taken());
   }
   if (device.is_cuda()) {
-    result.peak_device_bytes = device_allocated_bytes(device, true);
+    result.peak_device_bytes = allocated_bytes(device).peak;
     // A profiled step measures its own peak, resetting the allocator's: the run's peak is the larger of the two.
     if (result.profile) result.peak_device_bytes = std::max(result.peak_device_bytes, result.profile->peak_bytes_before);
     auto gib = [](std::int64_t bytes) { return static_cast<double>(bytes) / (1 << 30); };
