@@ -4,6 +4,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <deque>
 #include <sstream>
 
 namespace fusepack::ops {
@@ -48,32 +49,32 @@ void check_fused_input(char const* op, char const* name, at::Tensor const& t) {
 
 namespace {
 
-// The last cu_seqlens that passed, held by reference so its memory cannot be reused by another tensor: every layer of
-// a step passes the same tensor, and only the first call pays the device-to-host copy (a stream sync). Its version
-// counter changes with any in-place write, so a modified tensor is checked again.
+// The last cu_seqlens that passed (a few: a step's micro-batches are made before its first forward), each held by
+// reference so its memory cannot be reused by another tensor: every layer of a step passes the same tensor, and only
+// the first call pays the device-to-host copy (a stream sync). A tensor's version counter changes with any in-place
+// write, so a modified tensor is checked again.
 struct ValidatedCuSeqlens {
   at::Tensor tensor;
   int64_t version = -1;
   int64_t T = -1;
   std::vector<int32_t> values;
 };
-thread_local ValidatedCuSeqlens last_validated;
+constexpr std::size_t kValidatedKept = 16;
+thread_local std::deque<ValidatedCuSeqlens> validated;
 
-}  // namespace
-
-std::vector<int32_t> check_cu_seqlens(char const* op, at::Tensor const& cu_seqlens, int64_t T) {
-  TORCH_CHECK(cu_seqlens.defined(), op, ": cu_seqlens is required but was not given");
-  bool const cacheable = !cu_seqlens.is_inference();
-  if (cacheable && last_validated.tensor.defined() && last_validated.tensor.is_same(cu_seqlens) &&
-      last_validated.version == cu_seqlens._version() && last_validated.T == T) {
-    return last_validated.values;
+ValidatedCuSeqlens const* find_validated(at::Tensor const& cu_seqlens) {
+  for (ValidatedCuSeqlens const& v : validated) {
+    if (v.tensor.is_same(cu_seqlens) && v.version == cu_seqlens._version()) return &v;
   }
-  TORCH_CHECK(cu_seqlens.scalar_type() == at::kInt, op, ": cu_seqlens must be int32; got ", cu_seqlens.scalar_type());
-  TORCH_CHECK(cu_seqlens.dim() == 1 && cu_seqlens.size(0) >= 2, op,
-              ": cu_seqlens must be 1-D with at least 2 entries (one example); got shape ", cu_seqlens.sizes());
-  at::Tensor const host = cu_seqlens.to(at::kCPU).contiguous();
-  int32_t const* cu = host.data_ptr<int32_t>();
-  int64_t const n = host.size(0);
+  return nullptr;
+}
+
+void remember_validated(ValidatedCuSeqlens v) {
+  validated.push_front(std::move(v));
+  if (validated.size() > kValidatedKept) validated.pop_back();
+}
+
+void check_cu_seqlens_values(char const* op, int32_t const* cu, int64_t n, int64_t T) {
   TORCH_CHECK(cu[0] == 0, op, ": cu_seqlens must start at 0; got cu_seqlens[0]=", cu[0]);
   for (int64_t i = 0; i + 1 < n; ++i) {
     TORCH_CHECK(cu[i] <= cu[i + 1], op, ": cu_seqlens must be non-decreasing; got cu_seqlens[", i, "]=", cu[i],
@@ -81,9 +82,40 @@ std::vector<int32_t> check_cu_seqlens(char const* op, at::Tensor const& cu_seqle
   }
   TORCH_CHECK(cu[n - 1] == T, op, ": cu_seqlens must end at the number of tokens T=", T, "; got cu_seqlens[", n - 1,
               "]=", cu[n - 1]);
-  std::vector<int32_t> values(cu, cu + n);
-  if (cacheable) last_validated = {cu_seqlens, cu_seqlens._version(), T, values};
+}
+
+void check_cu_seqlens_tensor(char const* op, at::Tensor const& cu_seqlens) {
+  TORCH_CHECK(cu_seqlens.defined(), op, ": cu_seqlens is required but was not given");
+  TORCH_CHECK(cu_seqlens.scalar_type() == at::kInt, op, ": cu_seqlens must be int32; got ", cu_seqlens.scalar_type());
+  TORCH_CHECK(cu_seqlens.dim() == 1 && cu_seqlens.size(0) >= 2, op,
+              ": cu_seqlens must be 1-D with at least 2 entries (one example); got shape ", cu_seqlens.sizes());
+}
+
+}  // namespace
+
+std::vector<int32_t> check_cu_seqlens(char const* op, at::Tensor const& cu_seqlens, int64_t T) {
+  TORCH_CHECK(cu_seqlens.defined(), op, ": cu_seqlens is required but was not given");
+  bool const cacheable = !cu_seqlens.is_inference();
+  if (cacheable) {
+    if (ValidatedCuSeqlens const* v = find_validated(cu_seqlens); v != nullptr && v->T == T) return v->values;
+  }
+  check_cu_seqlens_tensor(op, cu_seqlens);
+  at::Tensor const host = cu_seqlens.to(at::kCPU).contiguous();
+  check_cu_seqlens_values(op, host.data_ptr<int32_t>(), host.size(0), T);
+  std::vector<int32_t> values(host.data_ptr<int32_t>(), host.data_ptr<int32_t>() + host.size(0));
+  if (cacheable) remember_validated({cu_seqlens, cu_seqlens._version(), T, values});
   return values;
+}
+
+void note_cu_seqlens(char const* op, at::Tensor const& cu_seqlens, std::vector<int32_t> values) {
+  check_cu_seqlens_tensor(op, cu_seqlens);
+  TORCH_CHECK(static_cast<int64_t>(values.size()) == cu_seqlens.size(0), op, ": ", values.size(),
+              " cu_seqlens values noted for a tensor of ", cu_seqlens.size(0));
+  TORCH_CHECK(!cu_seqlens.is_inference(), op, ": an inference tensor has no version counter; its cu_seqlens cannot "
+              "be noted");
+  int64_t const T = values.back();
+  check_cu_seqlens_values(op, values.data(), static_cast<int64_t>(values.size()), T);
+  remember_validated({cu_seqlens, cu_seqlens._version(), T, std::move(values)});
 }
 
 }  // namespace fusepack::ops

@@ -20,5 +20,10 @@ void check_fused_input(char const* op, char const* name, at::Tensor const& t);
 // Reads the values (a device-to-host copy when on the GPU) and returns them on the host; a second call with the same,
 // unmodified tensor returns the values it validated before without copying again.
 std::vector<int32_t> check_cu_seqlens(char const* op, at::Tensor const& cu_seqlens, int64_t T);
+// Tells check_cu_seqlens that `cu_seqlens` holds `values` (checked here, on the host, with T = values.back()), so its
+// next call with the same, unmodified tensor on this thread reads nothing from the device. For the code that copied
+// the tensor from host values it still holds (a batch's cu_seqlens): without it the first op of a step copies them
+// back, which waits for all queued GPU work (the previous step's optimizer) before the host can queue more.
+void note_cu_seqlens(char const* op, at::Tensor const& cu_seqlens, std::vector<int32_t> values);
 
 }  // namespace fusepack::ops

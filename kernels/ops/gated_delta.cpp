@@ -2,6 +2,7 @@
 
 #include "kernels/gated_delta/gated_delta_head_dims.h"
 #include "kernels/ops/check.h"
+#include "kernels/ops/host_to_device.h"
 #include "kernels/ops/op_scope.h"
 
 #include <ATen/ATen.h>
@@ -160,7 +161,7 @@ DeviceChunkTable device_chunk_table(at::Tensor const& cu_seqlens, std::vector<in
   }
   GatedDeltaChunkTable const table = gated_delta_chunk_table(cu);
   DeviceChunkTable fresh;
-  fresh.chunks = at::tensor(table.data, at::TensorOptions().dtype(at::kInt)).to(cu_seqlens.device());
+  fresh.chunks = host_to_device(table.data, at::kInt, cu_seqlens.device());
   fresh.N = table.N;
   fresh.NC = table.NC;
   if (cacheable) {

@@ -2,7 +2,9 @@
 // composite in the same dtype as baseline (suites *Fused*: labels kernels + gpu), forward and both gradients; the
 // composite on the CPU against the reference in fp64 (x, weight and initial_state gradients); the no-leak perturbation
 // property on the GPU; bitwise determinism of the fused backward; T = 0; bad input.
+#include "kernels/ops/check.h"
 #include "kernels/ops/conv1d.h"
+#include "kernels/ops/host_to_device.h"
 #include "reference/conv1d.h"
 
 #include "tests/support/env.h"
@@ -284,6 +286,46 @@ TEST(Conv1dOps, RevalidatesCuSeqlensWrittenInPlace) {
   cu[1].fill_(6);
   expect_refused([&] { ops::conv1d(x, w4, cu, true, Backend::kComposite); },
                  "cu_seqlens must be non-decreasing; got cu_seqlens[1]=6 > cu_seqlens[2]=5");
+}
+
+// A batch maker notes the cu_seqlens it copied to the device, so no op reads them back (a sync per step). Noted values
+// are checked on the host, and trusted afterwards: values noted unlike the tensor's own come back as noted, which
+// shows the device was not read. Several stay noted (a step makes all its micro-batches before the first forward;
+// planted: remembering only the last makes the first tensor's check read its own values again, {0, 2, 5}).
+TEST(Conv1dOps, NotedCuSeqlensAreCheckedOnTheHostThenTrusted) {
+  at::Tensor const first = cu_tensor({0, 2, 5}, at::kCPU), second = cu_tensor({0, 1, 5}, at::kCPU);
+  ops::note_cu_seqlens("test", first, {0, 3, 5});
+  ops::note_cu_seqlens("test", second, {0, 4, 5});
+  EXPECT_EQ(ops::check_cu_seqlens("test", first, 5), (std::vector<std::int32_t>{0, 3, 5}));
+  EXPECT_EQ(ops::check_cu_seqlens("test", second, 5), (std::vector<std::int32_t>{0, 4, 5}));
+  first[1].fill_(2);  // an in-place write: read again
+  EXPECT_EQ(ops::check_cu_seqlens("test", first, 5), (std::vector<std::int32_t>{0, 2, 5}));
+  expect_refused([&] { ops::note_cu_seqlens("maker", cu_tensor({0, 3, 2}, at::kCPU), {0, 3, 2}); },
+                 "maker: cu_seqlens must be non-decreasing; got cu_seqlens[1]=3 > cu_seqlens[2]=2");
+  expect_refused([&] { ops::note_cu_seqlens("maker", cu_tensor({0, 3, 5}, at::kCPU), {0, 5}); },
+                 "maker: 2 cu_seqlens values noted for a tensor of 3");
+  expect_refused([&] { ops::check_cu_seqlens("op", second, 6); },  // noted with T = 5
+                 "op: cu_seqlens must end at the number of tokens T=6; got cu_seqlens[2]=5");
+}
+
+// Host-to-device copies that do not wait for the GPU: the values and dtype arrive as `to` would give them.
+void expect_host_to_device_copies(at::Device device) {
+  std::vector<std::int32_t> values(100000);
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<std::int32_t>(i * 7919 % 100003) - 50000;
+  at::Tensor const host = at::tensor(values, at::TensorOptions().dtype(at::kInt));
+  for (at::ScalarType dtype : {at::kInt, at::kLong}) {
+    at::Tensor const got = ops::host_to_device(values, dtype, device);
+    EXPECT_EQ(got.device(), device);
+    EXPECT_EQ(got.scalar_type(), dtype);
+    EXPECT_TRUE(at::equal(got.cpu(), host.to(dtype))) << c10::toString(dtype);
+  }
+}
+
+TEST(Conv1dOps, HostToDeviceCopiesTheValues) { expect_host_to_device_copies(at::kCPU); }
+
+TEST(Conv1dFused, HostToDeviceCopiesTheValuesWithoutWaiting) {
+  FUSEPACK_SKIP_WITHOUT_CUDA();
+  expect_host_to_device_copies(at::Device(at::kCUDA, 0));
 }
 
 TEST(Conv1dOps, RejectsBadInput) {

@@ -15,15 +15,20 @@
 #include "tests/support/env.h"
 #include "tests/support/expect.h"
 #include "tests/support/random.h"
+#include "tests/support/torch_bridge.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
+#ifdef FUSEPACK_TEST_CUDA_SLEEP
+#include <ATen/cuda/Sleep.h>
+#endif
 #include <torch/csrc/autograd/function.h>
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -755,6 +760,91 @@ TEST(Qwen35Model, ComputeDtypeCastsTheWeightsAndGradientsReachTheMasterWeights) 
     EXPECT_EQ(p.grad().scalar_type(), at::kDouble) << name;
   }
 }
+
+// A weight group's casts are one multi-tensor copy with one backward for the group: each weight must be its own
+// master's cast to the bit, and each master must receive the gradient of its own cast, however the group's tensors are
+// ordered. Each cast weight gets its own random upstream gradient, so a backward that hands a gradient to another
+// master of the same shape (planted: the gradients reversed) or leaves it in the compute dtype fails; values are
+// compared bitwise, since a cast of each tensor by itself is the definition.
+void expect_group_casts_are_per_tensor_casts(at::Device device) {
+  Qwen35Config const c = model::preset("qwen35-tiny");
+  ModelOptions o;
+  o.dtype = at::kFloat;
+  o.compute_dtype = at::kBFloat16;
+  o.device = device;
+  o.backend = ops::Backend::kComposite;
+  Qwen35ForCausalLM const m(c, o);
+  model::LocalWeights w(c, m.named_parameters(), m.mixed_precision());
+  for (model::WeightGroup const& group : {model::WeightGroup::decoder_layer(0), model::WeightGroup::head()}) {
+    model::GroupWeights const got = w.acquire(group);
+    ASSERT_EQ(got.size(), model::group_parameter_names(c, group).size()) << group.str();
+    at::Tensor loss = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device));
+    std::map<std::string, at::Tensor> upstream;
+    for (auto const& [name, t] : got) {
+      at::Tensor const& master = m.parameter(name);
+      at::ScalarType const want = model::MixedPrecisionPolicy::keeps_master_dtype(name) ? at::kFloat : at::kBFloat16;
+      ASSERT_EQ(t.scalar_type(), want) << name;
+      EXPECT_TRUE(at::equal(t.detach(), master.detach().to(want))) << name << " is not its master's cast";
+      upstream[name] = at::randn(t.sizes(), t.options().dtype(at::kFloat));
+      loss = loss + (t.to(at::kFloat) * upstream[name]).sum();
+    }
+    for (at::Tensor const& p : m.parameters()) p.mutable_grad() = at::Tensor();
+    loss.backward();
+    for (auto const& [name, up] : upstream) {
+      at::Tensor const& g = m.parameter(name).grad();
+      ASSERT_TRUE(g.defined()) << name;
+      ASSERT_EQ(g.scalar_type(), at::kFloat) << name;
+      // The gradient of t.to(fp32) is the upstream rounded to t's dtype; the cast back to the master is exact.
+      EXPECT_TRUE(at::equal(g, up.to(got.at(name).scalar_type()).to(at::kFloat))) << name << " got another gradient";
+    }
+  }
+}
+
+TEST(LocalWeights, AGroupCastIsEachTensorsCastAndGradientsReachTheirOwnMasters) {
+  expect_group_casts_are_per_tensor_casts(at::kCPU);
+}
+
+TEST(LocalWeightsCuda, AGroupCastIsEachTensorsCastAndGradientsReachTheirOwnMasters) {
+  FUSEPACK_SKIP_WITHOUT_CUDA();
+  expect_group_casts_are_per_tensor_casts(at::Device(at::kCUDA, 0));
+}
+
+#ifdef FUSEPACK_TEST_CUDA_SLEEP
+// A step's batch and forward are queued behind the GPU's work, never waiting for it: a copy from pageable host memory,
+// or reading cu_seqlens back for their check, would make the host wait for everything queued (the previous step's
+// optimizer) and leave the GPU idle while the next kernels are queued. Measured against a spin kernel of 1-2 s: making
+// the batch and running the fused forward must return in well under that (a tiny model's forward queues in
+// milliseconds); the control, one ordinary pageable copy after the same spin, must take it, which shows a wait would
+// be seen. The losses then equal those of a batch made with the GPU idle, so the queued copies delivered the values.
+TEST(ModelCuda, TheBatchAndTheForwardAreQueuedWithoutWaitingForTheGpu) {
+  FUSEPACK_SKIP_WITHOUT_CUDA();
+  at::Device const cuda(at::kCUDA, 0);
+  Qwen35Config const c = model::preset("qwen35-tiny64");
+  ModelOptions o;
+  o.compute_dtype = at::kBFloat16;
+  o.device = cuda;
+  o.backend = ops::Backend::kFused;
+  Qwen35ForCausalLM const m(c, o);
+  auto rng = test_rng();
+  packing::PackedBatch const packed = packing::make_packed_batch(random_examples(rng, {70, 9, 33}, 256));
+  double const idle_loss = m.forward(model::make_model_batch(packed, cuda)).loss_sum.item<double>();  // also warms up
+  auto seconds_after_a_spin = [&](auto const& work) {
+    at::cuda::sleep(2'000'000'000);  // 1 to 2 s at the clock rates of current GPUs (2.0 s on an H200)
+    auto const start = std::chrono::steady_clock::now();
+    work();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  at::Tensor loss;
+  double const queued =
+      seconds_after_a_spin([&] { loss = m.forward(model::make_model_batch(packed, cuda)).loss_sum; });
+  double const control = seconds_after_a_spin([&] { (void)at::ones({4}).to(cuda); });
+  std::printf("[  timing  ] batch + forward queued in %.4f s; a pageable copy after the same spin took %.4f s\n",
+              queued, control);
+  ASSERT_GT(control, 0.4) << "the spin kernel was too short to show a wait on this GPU";
+  EXPECT_LT(queued, 0.5 * control) << "making the batch or the forward waited for the GPU";
+  EXPECT_EQ(loss.item<double>(), idle_loss);
+}
+#endif
 
 // Whether the graph behind `t` holds a node named `name` (activation checkpointing's recompute node).
 bool graph_has_node(at::Tensor const& t, std::string const& name) {

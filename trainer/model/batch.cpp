@@ -1,5 +1,8 @@
 #include "trainer/model/batch.h"
 
+#include "kernels/ops/check.h"
+#include "kernels/ops/host_to_device.h"
+
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -8,10 +11,16 @@
 namespace fusepack::model {
 namespace {
 
+// Copies that do not wait for the GPU, so a step's batch is queued behind the previous step's work; the cu_seqlens
+// values are noted as checked (the ops' check would otherwise copy them back and wait).
 at::Tensor to_device(std::vector<std::int32_t> const& v, at::ScalarType type, at::Device device) {
-  at::Tensor host = at::empty({static_cast<std::int64_t>(v.size())}, at::TensorOptions().dtype(at::kInt));
-  std::copy(v.begin(), v.end(), host.data_ptr<std::int32_t>());
-  return host.to(at::TensorOptions().dtype(type).device(device));
+  return ops::host_to_device(v, type, device);
+}
+
+at::Tensor cu_seqlens_to_device(std::vector<std::int32_t> const& cu, at::Device device) {
+  at::Tensor t = ops::host_to_device(cu, at::kInt, device);
+  ops::note_cu_seqlens("make_model_batch", t, cu);
+  return t;
 }
 
 std::int32_t max_of(std::vector<std::int32_t> const& v, std::int32_t empty) {
@@ -27,7 +36,7 @@ ModelBatch make_model_batch(packing::PackedBatch const& batch, at::Device device
   b.labels = to_device(batch.labels, at::kLong, device);
   b.position_ids = to_device(batch.position_ids, at::kLong, device);
   b.seq_idx = to_device(batch.seq_idx, at::kLong, device);
-  b.cu_seqlens = to_device(batch.cu_seqlens, at::kInt, device);
+  b.cu_seqlens = cu_seqlens_to_device(batch.cu_seqlens, device);
   b.max_seqlen = batch.max_seqlen;
   b.num_examples = static_cast<std::int64_t>(batch.cu_seqlens.size()) - 1;
   b.num_targets = batch.num_targets();
@@ -47,7 +56,7 @@ ModelBatch make_model_batch(packing::PaddedBatch const& batch, at::Device device
   b.labels = to_device(batch.labels, at::kLong, device);
   b.position_ids = to_device(batch.position_ids, at::kLong, device);
   b.seq_idx = to_device(seq_idx, at::kLong, device);
-  b.cu_seqlens = to_device(cu, at::kInt, device);
+  b.cu_seqlens = cu_seqlens_to_device(cu, device);
   b.max_seqlen = L;
   b.num_examples = B;
   b.num_targets = batch.num_targets();

@@ -87,6 +87,9 @@ class WeightSource {
 
 // The default source: a model's own parameters (the master weights, all on one device), cast to the compute dtype
 // differentiably, so their gradients land in the masters' .grad in the master dtype.
+// A group's casts are one multi-tensor copy (ATen's _foreach_copy_: a few kernel launches per group on CUDA, as its
+// tensors fill them) whose backward casts the gradients back the same way, instead of a cast and a cast-back per
+// parameter.
 class LocalWeights final : public WeightSource {
  public:
   // `params` must hold every name of parameter_specs(config); the tensors are shared, not copied.
@@ -96,10 +99,18 @@ class LocalWeights final : public WeightSource {
   c10::Device device() const override { return device_; }
 
  private:
+  struct Member {
+    std::string name;
+    at::Tensor master;
+    at::ScalarType compute_dtype;
+  };
   Qwen35Config const& config_;
-  std::unordered_map<std::string, at::Tensor> params_;
-  MixedPrecisionPolicy policy_;
+  std::vector<std::vector<Member>> groups_;  // forward order: embedding, layer 0 ... layer L-1, head
   c10::Device device_ = c10::kCPU;
 };
+
+// `masters` cast to `dtype` as one multi-tensor copy whose backward casts the gradients back to each master's dtype
+// the same way: the values and gradients of `t.to(dtype)` per tensor, to the bit. The masters share one dtype.
+std::vector<at::Tensor> cast_tensors(at::TensorList masters, at::ScalarType dtype);
 
 }  // namespace fusepack::model
