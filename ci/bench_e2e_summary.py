@@ -7,8 +7,10 @@
 
 Per model: tokens/s averaged over all steps including the first (Σ tokens / Σ step times) and the steady median (the
 median tokens/s of the steps from --warmup on, the profiled step left out) for both, their ratio fusepack ÷ HF, the
-GPU-busy share of the profiled step (GPU kernel time / step wall time), the peak GPU memory allocated, GPU kernels per
-token in the profiled step, and the baseline's padding share. Tokens are real (non-padding) tokens on both sides.
+GPU-busy share of the profiled step (GPU kernel time / step wall time) and its estimate for the steady steps (the
+profiled step's GPU kernel time per token x the steady tokens/s: the profiler's own host work slows the profiled step,
+not its kernels), the peak GPU memory allocated, GPU kernels per token in the profiled step, and the baseline's
+padding share. Tokens are real (non-padding) tokens on both sides.
 
 usage: bench_e2e_summary.py OUT_DIR MODEL [MODEL...] [--warmup 2] [--profile-step 3] [--skip-hf]
 Prints the table (markdown) on stdout. Exit status 0 when every run finished, 1 when a run failed or is missing (it
@@ -70,6 +72,14 @@ def steady_median(tokens, seconds, warmup, skip_step=None):
     return statistics.median(rates) if rates else None
 
 
+def busy_steady(kernel_seconds, tokens, steady_rate):
+    """The GPU-busy share of a steady step, estimated as the profiled step's GPU kernel seconds per token x the steady
+    tokens/s; None when a number is missing."""
+    if not kernel_seconds or not tokens or not steady_rate:
+        return None
+    return kernel_seconds / tokens * steady_rate
+
+
 def metrics_steps(path):
     """(step, tokens, seconds) of each step line of a fusepack-train --metrics file (trainer/train/metrics.h); [] when
     the file is missing. Lines that are not JSON (a run killed mid-line) are skipped."""
@@ -117,13 +127,15 @@ def fusepack_run(out_dir, model, warmup, profile_step):
     r["steady"] = steady_median(tokens, seconds, warmup, index)
     peak = PEAK_LINE.search(log)
     r["peak_gib"] = float(peak.group(1)) if peak else None
-    r["busy"] = r["kernels_per_token"] = None
+    r["busy"] = r["busy_steady"] = r["kernels_per_token"] = None
     if head:
         block = log[head.start():]
         kernels, wall, kernel_time = (PROFILE_KERNELS.search(block), PROFILE_WALL.search(block),
                                       PROFILE_KERNEL_TIME.search(block))
         if wall and kernel_time and float(wall.group(1)) > 0:
             r["busy"] = float(kernel_time.group(1)) / float(wall.group(1))
+        if kernel_time and index is not None:
+            r["busy_steady"] = busy_steady(float(kernel_time.group(1)) / 1000, tokens[index], r["steady"])
         if kernels and index is not None and tokens[index] > 0:
             r["kernels_per_token"] = number(kernels.group(1)) / tokens[index]
     return r
@@ -147,8 +159,10 @@ def hf_run(out_dir, model, warmup):
         raise Missing("no step finished")
     profile = j.get("profile") or {}
     peak = j.get("peak_memory_bytes")
+    steady = steady_median(tokens, seconds, warmup, profile.get("step"))
     return {"steps": len(tokens), "first_step_seconds": seconds[0], "avg": average(tokens, seconds),
-            "steady": steady_median(tokens, seconds, warmup, profile.get("step")),
+            "steady": steady,
+            "busy_steady": busy_steady(profile.get("gpu_kernel_seconds"), profile.get("tokens"), steady),
             "peak_gib": peak / 2 ** 30 if isinstance(peak, (int, float)) else None,
             "busy": profile.get("gpu_busy_share"),
             "kernels_per_token": profile.get("kernels_per_token"),
@@ -182,13 +196,14 @@ def ratio(a, b, field):
 
 HEADER = ("| model | fusepack tokens/s (avg incl. first / steady median) "
           "| HF tokens/s (avg incl. first / steady median) | fusepack ÷ HF (avg / steady) "
-          "| GPU busy, profiled step (fusepack / HF) | peak memory GiB (fusepack / HF) "
+          "| GPU busy, profiled step (fusepack / HF) | GPU busy, steady estimate (fusepack / HF) "
+          "| peak memory GiB (fusepack / HF) "
           "| GPU kernels per token (fusepack / HF) | HF padding |")
 
 
 def summary(out_dir, models, warmup=2, profile_step=3, skip_hf=False):
     """The table's text and the failures: (text, [(side, model, why, log path)])."""
-    lines = [HEADER, "|" + "---|" * 8]
+    lines = [HEADER, "|" + "---|" * 9]
     failures = []
     for model in models:
         cells = {}
@@ -209,12 +224,13 @@ def summary(out_dir, models, warmup=2, profile_step=3, skip_hf=False):
         f, h = runs["fusepack"], runs["HF"]
         ratios = "—" if f is None or h is None else f"{ratio(f, h, 'avg')} / {ratio(f, h, 'steady')}"
         padding = fmt(h.get("padding"), "share") if h is not None else "—"
-        lines.append(f"| {model} | {cells['fusepack']} | {cells['HF']} | {ratios} | {pair(f, h, 'busy', 'share')} | "
+        lines.append(f"| {model} | {cells['fusepack']} | {cells['HF']} | {ratios} | {pair(f, h, 'busy', 'share')} | {pair(f, h, 'busy_steady', 'share')} | "
                      f"{pair(f, h, 'peak_gib', 'gib')} | {pair(f, h, 'kernels_per_token', 'per_token')} | {padding} |")
     lines.append("")
     lines.append(f"avg incl. first: Σ tokens / Σ step times over all steps; steady median: median tokens/s of steps "
                  f"{warmup} on, the profiled step left out; tokens are real (non-padding) tokens; GPU busy: GPU kernel "
-                 f"time / step wall time of the profiled step.")
+                 f"time / step wall time of the profiled step; steady estimate: the profiled step's GPU kernel time per "
+                 f"token x the steady tokens/s (the profiler slows the host, not the kernels).")
     for side, model, why, log in failures:
         lines.append(f"FAILED: {side} {model}: {why}; log {log}")
     return "\n".join(lines) + "\n", failures

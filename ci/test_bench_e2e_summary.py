@@ -131,6 +131,7 @@ class FusepackRun(OutDir):
         self.assertEqual(r["first_step_seconds"], 2.0)
         self.assertEqual(r["peak_gib"], 8.08)
         self.assertAlmostEqual(r["busy"], 193.816 / 217.812)
+        self.assertAlmostEqual(r["busy_steady"], 0.193816 / 8050 * 163600)  # per token of the profiled step
         self.assertAlmostEqual(r["kernels_per_token"], 4035 / 8050)  # the profiled step's tokens
 
     def test_without_a_metrics_file_the_step_lines_of_the_log_give_the_steps(self):
@@ -174,6 +175,7 @@ class HfRun(OutDir):
         self.assertEqual(r["first_step_seconds"], 3.0)
         self.assertAlmostEqual(r["peak_gib"], 71.5)
         self.assertEqual(r["busy"], 0.45)
+        self.assertAlmostEqual(r["busy_steady"], 0.9 / 4900 * H_STEADY)
         self.assertEqual(r["kernels_per_token"], 1.9)
         self.assertEqual(r["padding"], 0.338)
 
@@ -202,17 +204,19 @@ class Table(OutDir):
         rc, text = self.main()
         self.assertEqual(rc, 0, text)
         self.assertTrue(text.startswith("| model | fusepack tokens/s (avg incl. first / steady median) |"), text)
-        self.assertEqual(text.splitlines()[1], "|---|---|---|---|---|---|---|---|")
+        self.assertEqual(text.splitlines()[1], "|---|---|---|---|---|---|---|---|---|")
         cells = self.row(text)
-        self.assertEqual(len(cells), 8)
+        self.assertEqual(len(cells), 9)
         self.assertEqual(cells[1], "19,918 / 163,600")
         self.assertEqual(cells[2], "2,989 / 4,500")
         self.assertEqual(cells[3], f"{F_AVG / H_AVG:.1f}× / {F_STEADY / H_STEADY:.1f}×")
         self.assertEqual(cells[3], "6.7× / 36.4×")
         self.assertEqual(cells[4], "89.0% / 45.0%")
-        self.assertEqual(cells[5], "8.08 / 71.50")
-        self.assertEqual(cells[6], "0.501 / 1.900")
-        self.assertEqual(cells[7], "33.8%")
+        self.assertEqual(cells[5], f"{100 * 0.193816 / 8050 * 163600:.1f}% / {100 * 0.9 / 4900 * H_STEADY:.1f}%")
+        self.assertEqual(cells[5], "393.9% / 82.7%")
+        self.assertEqual(cells[6], "8.08 / 71.50")
+        self.assertEqual(cells[7], "0.501 / 1.900")
+        self.assertEqual(cells[8], "33.8%")
         self.assertNotIn("FAILED", text)
 
     def test_a_failed_fusepack_run_is_failed_with_its_log_and_the_exit_status_is_1(self):
@@ -225,7 +229,7 @@ class Table(OutDir):
         self.assertEqual(cells[1], f"FAILED (exit status 1): {log}")
         self.assertEqual(cells[2], "2,989 / 4,500")  # the other side still shows
         self.assertEqual(cells[3], "—")
-        self.assertEqual(cells[5], "— / 71.50")
+        self.assertEqual(cells[6], "— / 71.50")
         self.assertIn(f"FAILED: fusepack {MODEL}: exit status 1; log {log}", text)
 
     def test_a_missing_baseline_is_failed(self):
@@ -235,7 +239,7 @@ class Table(OutDir):
         cells = self.row(text)
         self.assertEqual(cells[2], f"FAILED (no --json file): {os.path.join(self.out, f'hf-{MODEL}.log')}")
         self.assertEqual(cells[1], "19,918 / 163,600")
-        self.assertEqual(cells[7], "—")
+        self.assertEqual(cells[8], "—")
 
     def test_a_model_without_any_file_is_failed_on_both_sides(self):
         rc, text = self.main()
