@@ -15,8 +15,10 @@
 #include "trainer/checkpoint/files.h"
 #include "trainer/train/device_memory.h"
 #include "trainer/train/fingerprint.h"
+#include "trainer/train/golden_check.h"
 #include "trainer/train/metrics.h"
 #include "trainer/train/profile.h"
+#include "trainer/train/run_data.h"
 #include "trainer/train/source_commit.h"
 #include "trainer/train/trainer.h"
 #include "trainer/train/training_checkpoint.h"
@@ -88,8 +90,6 @@ class LayerActivationMeter final : public model::WeightSource {
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
-
-bool is_synthetic(std::string const& data) { return data.rfind("synthetic:", 0) == 0; }
 
 // ---- Model
 
@@ -216,216 +216,6 @@ void check_finite_weight(std::string const& source, std::string const& name, at:
   throw std::invalid_argument(os.str());
 }
 
-// ---- Data
-
-struct Data {
-  std::vector<packing::Example> examples;
-  std::vector<std::int64_t> lines;  // each example's line in the JSONL file; empty for synthetic data
-  Json description;            // provenance.dataset
-  std::uint64_t content_hash;  // of every example's ids and labels
-};
-
-// `data` as given to `option` (--data or --eval-data, which messages name): a synthetic spec or a JSONL file.
-Data load_data(std::string const& data, std::string const& option, std::int64_t vocab_size,
-               packing::Progress const* progress) {
-  Data d;
-  if (is_synthetic(data)) {
-    packing::SyntheticSpec base;
-    base.vocab_size = vocab_size;  // the model's vocabulary unless the spec says vocab=
-    packing::SyntheticSpec const spec = packing::parse_synthetic_spec(data, base);
-    if (spec.vocab_size > vocab_size) {
-      throw std::invalid_argument(option + " " + data + ": vocab=" + std::to_string(spec.vocab_size) +
-                                  " exceeds the model's vocab_size " + std::to_string(vocab_size));
-    }
-    packing::ProgressPhase phase(progress, "drawing " + data);
-    d.examples = packing::make_synthetic(spec);
-    phase.done(grouped(static_cast<std::int64_t>(d.examples.size())) + " examples");
-    d.description["synthetic"] = spec.str();
-  } else {
-    if (std::filesystem::is_directory(data)) {
-      throw std::invalid_argument(option + " " + data + ": is a directory; give a JSONL file or a synthetic:... spec");
-    }
-    if (!std::filesystem::is_regular_file(data)) {
-      throw std::invalid_argument(option + ": no file '" + data + "' (give a JSONL file or a synthetic:... spec)");
-    }
-    packing::read_jsonl_numbered(
-        data, vocab_size,
-        [&](packing::Example&& ex, std::int64_t line) {
-          d.examples.push_back(std::move(ex));
-          d.lines.push_back(line);
-        },
-        progress);
-    if (d.examples.empty()) throw std::invalid_argument(option + " " + data + ": no examples (the file is empty)");
-    d.description["path"] = data;
-  }
-  std::int64_t tokens = 0, supervised = 0;
-  std::uint64_t hash = 14695981039346656037ull;  // FNV-1a over every id and label: ranks compare their data by it
-  auto mix = [&hash](std::int64_t v) {
-    for (int b = 0; b < 8; ++b, v >>= 8) hash = (hash ^ static_cast<std::uint64_t>(v & 0xff)) * 1099511628211ull;
-  };
-  for (packing::Example const& e : d.examples) {
-    tokens += static_cast<std::int64_t>(e.input_ids.size());
-    for (std::size_t p = 1; p < e.labels.size(); ++p) supervised += e.labels[p] != packing::kIgnoreIndex;
-    mix(static_cast<std::int64_t>(e.input_ids.size()));
-    for (auto id : e.input_ids) mix(id);
-    for (auto label : e.labels) mix(label);
-  }
-  d.description["examples"] = d.examples.size();
-  d.description["tokens"] = tokens;
-  d.description["targets"] = supervised;  // shifted targets of the whole dataset (uncut)
-  d.content_hash = hash;
-  return d;
-}
-
-// Every example must keep a target token (a label other than -100 after its first token) once cut to the budget:
-// one without adds nothing to the loss, and a step made only of such examples has no loss at all, which was found
-// only at that step. A one-token example never has a target and is let through unless its label is -100.
-void check_targets(Data const& d, std::string const& data, TrainConfig const& c) {
-  bool const truncate = c.oversize == packing::OversizePolicy::kTruncate;
-  std::vector<std::string> bad;
-  std::int64_t count = 0, dataset_targets = 0;
-  for (std::size_t i = 0; i < d.examples.size(); ++i) {
-    std::vector<std::int32_t> const& labels = d.examples[i].labels;
-    auto const len = static_cast<std::int64_t>(labels.size());
-    std::int64_t const kept = truncate ? std::min(len, c.token_budget) : len;
-    std::int64_t targets = 0, kept_targets = 0;
-    for (std::int64_t p = 1; p < len; ++p) {
-      targets += labels[p] != packing::kIgnoreIndex;
-      kept_targets += p < kept && labels[p] != packing::kIgnoreIndex;
-    }
-    dataset_targets += kept_targets;
-    bool const masked = targets == 0 && (len >= 2 || labels[0] == packing::kIgnoreIndex);
-    if (!masked && kept_targets > 0) continue;
-    if (!masked && targets == 0) continue;  // a one-token example
-    ++count;
-    if (bad.size() >= 5) continue;
-    std::string const which = d.lines.empty() ? "example " + std::to_string(i)
-                                              : "line " + std::to_string(d.lines[i]);
-    bad.push_back(masked ? which + " (every label is -100)"
-                         : which + " (its " + std::to_string(targets) + " targets lie past the first " +
-                               std::to_string(kept) + " tokens, which --oversize truncate keeps at --budget " +
-                               std::to_string(c.token_budget) + ")");
-  }
-  if (count == 0 && dataset_targets > 0) return;
-  std::string list;
-  for (std::string const& b : bad) list += (list.empty() ? "" : ", ") + b;
-  if (count > static_cast<std::int64_t>(bad.size())) list += ", and " + std::to_string(count - bad.size()) + " more";
-  if (count == 0) {
-    throw std::invalid_argument("data " + data + ": no example has a target token (a label other than -100 after its "
-                                "first token); there is nothing to train on");
-  }
-  throw std::invalid_argument("data " + data + ": " + std::to_string(count) + " example(s) have no target token (a "
-                              "label other than -100 after the first token), so a step made of them has no loss: " +
-                              list + "; remove them or unmask their targets");
-}
-
-packing::PackerOptions packer_options(TrainConfig const& c) {
-  packing::PackerOptions o;
-  o.token_budget = c.token_budget;
-  o.lookahead = c.lookahead;
-  o.seed = c.seed;
-  o.oversize = c.oversize;
-  return o;
-}
-
-// The micro-batches of epoch `epoch` in the layout the run trains on.
-std::vector<packing::BatchPlan> epoch_micro_batches(std::vector<std::int64_t> const& lengths,
-                                                   packing::PackerOptions const& options, packing::PlanMode mode,
-                                                   Batching batching, std::uint64_t epoch,
-                                                   packing::Progress const* progress = nullptr) {
-  packing::EpochPlan plan = packing::plan_epoch(lengths, options, mode, epoch, progress);
-  return batching == Batching::kPacked ? std::move(plan.packed) : std::move(plan.padded);
-}
-
-// The plans of successive epochs, one micro-batch at a time, in the layout the run trains on.
-class MicroBatchStream {
- public:
-  MicroBatchStream(std::vector<std::int64_t> lengths, packing::PackerOptions options, packing::PlanMode mode,
-                   Batching batching, packing::Progress const* progress = nullptr)
-      : lengths_(std::move(lengths)), options_(options), mode_(mode), batching_(batching), progress_(progress) {}
-
-  packing::BatchPlan const& next() {
-    while (next_ >= plans_.size()) start_epoch(epoch_);
-    return plans_[next_++];
-  }
-  std::uint64_t epochs_started() const { return epoch_; }
-  std::int64_t next_in_epoch() const { return static_cast<std::int64_t>(next_); }
-  std::int64_t epoch_size() const { return static_cast<std::int64_t>(plans_.size()); }  // of the current epoch
-  // Back to where a checkpoint left it: the plan of epoch `epochs_started` - 1, at entry `next`.
-  void restore(std::uint64_t epochs_started, std::int64_t next) {
-    plans_.clear();
-    next_ = 0;
-    epoch_ = 0;
-    if (epochs_started == 0) return;
-    start_epoch(epochs_started - 1);
-    if (next < 0 || next > static_cast<std::int64_t>(plans_.size())) {
-      throw std::invalid_argument("resume: the checkpoint's data cursor (entry " + std::to_string(next) + " of epoch " +
-                                  std::to_string(epoch_ - 1) + ") is outside that epoch's " +
-                                  std::to_string(plans_.size()) + " micro-batches");
-    }
-    next_ = static_cast<std::size_t>(next);
-  }
-
- private:
-  // Draws epoch `epoch`'s plan (a function of the seed and the epoch) and starts at its first micro-batch.
-  void start_epoch(std::uint64_t epoch) {
-    plans_ = epoch_micro_batches(lengths_, options_, mode_, batching_, epoch, progress_);
-    next_ = 0;
-    epoch_ = epoch + 1;
-  }
-
-  std::vector<std::int64_t> lengths_;
-  packing::PackerOptions options_;
-  packing::PlanMode mode_;
-  Batching batching_;
-  packing::Progress const* progress_;
-  std::vector<packing::BatchPlan> plans_;
-  std::size_t next_ = 0;
-  std::uint64_t epoch_ = 0;
-};
-
-// ---- Evaluation
-
-// The evaluation set (--eval-data) cut into micro-batches by the run's batching settings (the plan of its epoch 0), and
-// what those micro-batches hold (examples cut to the budget under --oversize truncate).
-struct EvalSet {
-  Data data;
-  std::vector<packing::BatchPlan> plans;
-  std::int64_t tokens = 0;
-  std::int64_t targets = 0;
-};
-
-EvalSet plan_eval_set(TrainConfig const& c, std::int64_t vocab_size, packing::PackerOptions const& options,
-                      packing::Progress const* progress) {
-  EvalSet e;
-  e.data = load_data(c.eval_data, "--eval-data", vocab_size, progress);
-  std::vector<std::int64_t> kept;
-  try {
-    kept = packing::budgeted_lengths(packing::example_lengths(e.data.examples), options);
-    e.plans = epoch_micro_batches(packing::example_lengths(e.data.examples), options, c.pairing, c.batching, 0,
-                                  progress);
-  } catch (std::invalid_argument const& error) {
-    throw std::invalid_argument("--eval-data " + c.eval_data + ": " + error.what());
-  }
-  for (std::size_t i = 0; i < kept.size(); ++i) {
-    std::vector<std::int32_t> const& labels = e.data.examples[i].labels;
-    e.tokens += kept[i];
-    for (std::int64_t p = 1; p < kept[i]; ++p) {
-      e.targets += labels[static_cast<std::size_t>(p)] != packing::kIgnoreIndex;
-    }
-  }
-  if (e.targets == 0) {
-    throw std::invalid_argument("--eval-data " + c.eval_data + ": no example has a target token (a label other than "
-                                "-100 after its first token); its loss would be 0 / 0");
-  }
-  return e;
-}
-
-// Whether the run evaluates after step `step` (0-based): after every eval_every steps and after the last.
-bool evaluates_after(TrainConfig const& c, std::int64_t step) {
-  return c.eval_every > 0 && ((step + 1) % c.eval_every == 0 || step + 1 == c.steps);
-}
-
 // ---- Provenance
 
 // micro_batches_per_step counts every rank's: what decides which examples a step trains on.
@@ -522,23 +312,6 @@ void check_same_settings(parallel::Collectives& comm, std::string const& fingerp
 
 }  // namespace
 
-std::vector<std::string> provenance_differences(golden::Provenance const& golden, golden::Provenance const& run) {
-  std::vector<std::string> notes;
-  if (Json::parse(golden.model_config) != Json::parse(run.model_config)) notes.push_back("the model configs differ");
-  // One note per differing setting, named by its JSON pointer: short lines, not two whole JSON objects.
-  auto each_difference = [&notes](std::string const& what, std::string const& a, std::string const& b,
-                                  std::vector<std::string> const& ignore) {
-    for (SettingDifference const& d : setting_differences(a, b, ignore)) {
-      notes.push_back(what + ": " + d.path + " " + d.first + " in the golden, " + d.second + " in the run");
-    }
-  };
-  each_difference("the datasets differ", golden.dataset, run.dataset, {});
-  if (golden.seed != run.seed) {
-    notes.push_back("the seeds differ: golden " + std::to_string(golden.seed) + ", run " + std::to_string(run.seed));
-  }
-  each_difference("the batching differs beyond the layout", golden.batching, run.batching, {"layout", "backend"});
-  return notes;
-}
 
 namespace {
 
@@ -690,49 +463,6 @@ void write_weights(std::string const& dir, model::Qwen35Config const& config,
   checkpoint::write_file_atomically(checkpoint::join(dir, "config.json"), config.to_json() + "\n");
 }
 
-namespace {
-
-// One rounding step of a run's dtype, relative (its unit roundoff: half an ulp at 1).
-double unit_roundoff(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat64: return std::ldexp(1.0, -53);
-    case DType::kFloat32: return std::ldexp(1.0, -24);
-    case DType::kBFloat16: return std::ldexp(1.0, -8);
-  }
-  return 0;
-}
-
-// How far the baseline of a golden check may itself be from the fp64 golden, relative, at any step: a fixed budget, so
-// that a less accurate baseline cannot loosen the allowance it sets. Measured on the golden settings (qwen35-tiny and
-// qwen35-tiny64, 10 steps): the bf16 composite reaches 0.36 of one bf16 rounding step (its grad norm), the fp32 one
-// 2.7 fp32 steps (its grad norm at step 9; fp32 rounds less, so its many ops add up to more steps). The budgets leave
-// about 3x of that.
-double baseline_budget(DType dtype) {
-  return (dtype == DType::kFloat32 ? 8 : 1) * unit_roundoff(dtype);
-}
-
-// The baseline of a golden check: the golden's own run (same model, data, seed, batching, optimizer) in this run's
-// dtype; anything else would make its drift meaningless as an allowance.
-golden::GoldenFile read_baseline(TrainConfig const& config, golden::GoldenFile const& reference) {
-  golden::GoldenFile b = golden::read_golden(config.golden_baseline);
-  std::string const where = "golden baseline " + config.golden_baseline + ": ";
-  if (b.provenance.dtype != golden_dtype_name(config.dtype)) {
-    throw std::invalid_argument(where + "its dtype is " + b.provenance.dtype + " but this run's is " +
-                                golden_dtype_name(config.dtype) + "; the baseline must be repeated in the run's dtype");
-  }
-  std::vector<std::string> differences = provenance_differences(reference.provenance, b.provenance);
-  if (Json::parse(reference.provenance.batching).value("layout", "") != Json::parse(b.provenance.batching).value("layout", "")) {
-    differences.push_back("the layouts differ (the baseline repeats the golden's own layout)");
-  }
-  if (!differences.empty()) {
-    std::string why;
-    for (std::string const& d : differences) why += (why.empty() ? "" : "; ") + d;
-    throw std::invalid_argument(where + "it is not a rerun of the golden " + config.golden_check + ": " + why);
-  }
-  return b;
-}
-
-}  // namespace
 
 namespace {
 
@@ -998,19 +728,8 @@ RunResult run_training(TrainConfig const& given, RunOptions const& options) {
   int const world = comm ? comm->world_size() : 1;
   bool const writer = rank == 0;  // the rank that writes golden files and weights
 
-  std::optional<golden::GoldenFile> reference, baseline;
-  golden::TolerancePolicy tolerance;
-  if (!given.golden_check.empty()) {
-    reference = golden::read_golden(given.golden_check);
-    if (!given.golden_baseline.empty()) {
-      if (options.tolerance) throw std::invalid_argument("a golden baseline and explicit tolerances exclude each other");
-      baseline = read_baseline(given, *reference);
-    } else {
-      tolerance = options.tolerance ? *options.tolerance
-                                    : golden::derived_tolerance(golden_dtype_name(given.dtype), reference->provenance.dtype);
-      tolerance.validate();
-    }
-  }
+  std::optional<GoldenCheck> const golden_check =
+      given.golden_check.empty() ? std::nullopt : std::optional<GoldenCheck>(GoldenCheck(given, options.tolerance));
   at::Device const device = comm ? comm->device() : c10::Device(given.device);
   if (!comm) check_device(given);
   if (given.threads > 0) at::set_num_threads(static_cast<int>(given.threads));
@@ -1288,18 +1007,17 @@ RunResult run_training(TrainConfig const& given, RunOptions const& options) {
     golden::write_golden(config.golden_write, result.golden);
     log.line("golden written: " + config.golden_write);
   }
-  if (reference && result.interrupted_by == 0) {
-    for (std::string const& note : provenance_differences(reference->provenance, result.golden.provenance)) {
+  if (golden_check && result.interrupted_by == 0) {
+    golden::GoldenFile const& reference = golden_check->reference();
+    for (std::string const& note : provenance_differences(reference.provenance, result.golden.provenance)) {
       log.line("note: " + note);
     }
-    result.comparison =
-        baseline ? golden::compare_with_baseline(*reference, baseline->steps, result.golden.steps,
-                                                 unit_roundoff(config.dtype), baseline_budget(config.dtype))
-                 : golden::compare(*reference, result.golden.steps, tolerance);
-    std::string const layout = Json::parse(reference->provenance.batching).value("layout", "?");
+    result.comparison = golden_check->compare(result.golden.steps);
+    std::string const layout = Json::parse(reference.provenance.batching).value("layout", "?");
     // The paths are shortened to keep the lines within kLineWidth wherever the files are.
     std::string const head = "golden check against ";
-    std::string const tail = " (" + reference->provenance.dtype + ", " + layout + ")" + (baseline ? "," : ":");
+    bool const baseline = golden_check->has_baseline();
+    std::string const tail = " (" + reference.provenance.dtype + ", " + layout + ")" + (baseline ? "," : ":");
     log.line(head + shortened(config.golden_check, kLineWidth - head.size() - tail.size()) + tail);
     if (baseline) {
       std::string const allowed = "  allowed 2x the drift of ";

@@ -10,6 +10,7 @@
 #include "trainer/model/batch.h"
 #include "trainer/model/config.h"
 #include "trainer/train/config.h"
+#include "trainer/train/golden_check.h"
 #include "trainer/train/profile.h"
 #include "trainer/train/report.h"
 
@@ -99,11 +100,6 @@ RunResult run_training(TrainConfig const& config, RunOptions const& options = {}
 // The model config of a run: the preset, or config.json (a file, or the folder holding it). Throws
 // std::invalid_argument naming a missing file or an unknown preset.
 model::Qwen35Config load_model_config(TrainConfig const& c);
-
-// What differs between a golden's provenance and a run's beyond the batch layout and backend (model config, dataset,
-// seed, the rest of the batching and the optimizer): one sentence each; empty when the run repeats the golden's
-// settings. run_training prints them as notes before a golden check.
-std::vector<std::string> provenance_differences(golden::Provenance const& golden, golden::Provenance const& run);
 
 // The fine-tuned weights as transformers loads them: config.json (Qwen35Config::to_json) and model.safetensors
 // (Hugging Face names, the parameters' dtype) in `dir`, created if needed.
