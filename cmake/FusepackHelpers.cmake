@@ -45,9 +45,9 @@ endfunction()
 
 # fusepack_test(NAME <target> SOURCES <files...> [LIBS <targets...>] LABELS <labels...> [TIMEOUT <s>]
 #               [GPU_FILTER <gtest pattern>])
-# Builds a GoogleTest binary linked with tests/support and registers each of its tests with CTest under the
-# given labels. Tests matching GPU_FILTER (a --gtest_filter pattern such as "*Fused*") additionally get the `gpu`
-# label. A test that calls GTEST_SKIP() (for example: no CUDA device) is reported by CTest as skipped.
+# Builds a GoogleTest binary linked with tests/support (and through it verify/) and registers each of its tests with
+# CTest under the given labels. Tests matching GPU_FILTER (a --gtest_filter pattern such as "*Fused*") additionally get
+# the `gpu` label. A test that calls GTEST_SKIP() (for example: no CUDA device) is reported by CTest as skipped.
 function(fusepack_test)
   cmake_parse_arguments(T "" "NAME;TIMEOUT;GPU_FILTER" "SOURCES;LIBS;LABELS" ${ARGN})
   if(NOT T_NAME OR NOT T_SOURCES OR NOT T_LABELS)

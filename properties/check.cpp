@@ -31,7 +31,7 @@ struct RunInfo {
   rc::detail::TestParams params;
 };
 
-RunInfo run_info(char const* kind) {
+RunInfo run_info(char const* kind, CaseCounts counts) {
   auto const* test = ::testing::UnitTest::GetInstance()->current_test_info();
   RunInfo info;
   // The id GoogleTest's own RapidCheck integration uses, so RC_PARAMS="reproduce=..." strings keep working.
@@ -41,7 +41,7 @@ RunInfo run_info(char const* kind) {
   bool const own_seed = !rc_params_set("seed");
   bool const own_cases = !rc_params_set("max_success");
   if (own_seed) info.params.seed = test::test_seed();
-  if (own_cases) info.params.maxSuccess = test::cases(kSmokeCases, kFullCases);
+  if (own_cases) info.params.maxSuccess = test::cases(counts.smoke, counts.full);
   std::printf("[rapidcheck] %s %s: seed=%llu (%s) max_success=%d (%s) max_size=%d%s\n", kind, info.metadata.id.c_str(),
               static_cast<unsigned long long>(info.params.seed),
               own_seed ? "from FUSEPACK_SEED and the test name" : "from RC_PARAMS", info.params.maxSuccess,
@@ -71,8 +71,8 @@ std::string counterexample_str(rc::detail::FailureResult const& failure) {
 
 }  // namespace
 
-void check_rc_property(rc::detail::Property const& property) {
-  RunInfo const info = run_info("property");
+void check_rc_property(rc::detail::Property const& property, CaseCounts counts) {
+  RunInfo const info = run_info("property", counts);
   // RapidCheck's default listener: it prints the RC_PARAMS="reproduce=..." line for failures at exit.
   rc::detail::TestResult const result = rc::detail::checkProperty(property, info.metadata, info.params);
   rc::detail::SuccessResult success;
@@ -91,8 +91,8 @@ void check_rc_property(rc::detail::Property const& property) {
   FAIL() << os.str();
 }
 
-void check_rc_planted(std::string const& bug, rc::detail::Property const& property) {
-  RunInfo const info = run_info("planted bug");
+void check_rc_planted(std::string const& bug, rc::detail::Property const& property, CaseCounts counts) {
+  RunInfo const info = run_info("planted bug", counts);
   // A silent listener and no reproduce map: finding the planted bug is the expected outcome, not a failure to report.
   rc::detail::TestListenerAdapter quiet;
   rc::detail::TestResult const result = rc::detail::checkProperty(

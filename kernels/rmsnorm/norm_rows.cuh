@@ -1,6 +1,6 @@
-// Device helpers shared by the rmsnorm and gated_rmsnorm kernels: the per-row thread geometry of NormRowLayout
-// (kernels/rmsnorm/rmsnorm.h), register chunks of a row, the row sum, the backward's cp.async ring, the block's
-// dweight partial, the persistent grid size, and the kernel instance of a layout (dtype and iters switched over).
+// Device helpers of the RMSNorm row kernels (rmsnorm_fwd.cu, rmsnorm_bwd.cu): the per-row thread geometry of
+// NormRowLayout (norm_layout.h), register chunks of a row, the row sum, the backward's cp.async ring, the block's
+// dweight partial, the persistent grid size, and the kernel instance of a layout (dtype, iters and flags switched over).
 #pragma once
 
 #include "kernels/common/cuda_check.h"
@@ -270,9 +270,9 @@ std::int64_t norm_persistent_blocks(Kernel kernel, NormRowLayout const& l, std::
   return needed < 1 ? 1 : (needed < resident ? needed : resident);
 }
 
-// Sigmoid of the gate. fp32 outputs are held to a few ulp against the ATen composite: expf and an IEEE division.
-// bf16/fp16 outputs round at 2^-9 / 2^-12 relative, far above the ~2^-21 of __expf and the approximate division,
-// which save ~15 instructions per element (at D = 128 the gated backward is otherwise close to issue-bound).
+// Sigmoid of the gate (the gated form). fp32 outputs are held to a few ulp against the ATen composite: expf and an
+// IEEE division. bf16/fp16 outputs round at 2^-9 / 2^-12 relative, far above the ~2^-21 of __expf and the approximate
+// division, which save ~15 instructions per element (at D = 128 the gated backward is otherwise close to issue-bound).
 template <typename T>
 __device__ __forceinline__ float norm_sigmoid(float x) {
   if constexpr (std::is_same_v<T, float>) {
@@ -289,35 +289,38 @@ struct NormTypeTag {
   using type = T;
 };
 
-// The kernel instance of a pass for layout `l`: pick(NormTypeTag<T>, kVec, kIters, kBlockRow), each flag a
-// std::integral_constant, returns &kernel<T, kVec, kIters, kBlockRow>; only layouts norm_row_layout can produce are
-// instantiated. Every compile-time value reaches `pick` as a type: the flags as std::integral_constant arguments of
-// the generic lambdas, kIters made a type in the body of its switch. With FUSEPACK_BOOL_SWITCH's `constexpr static`
-// flags read inside a nested generic lambda of this template, nvcc 13 instantiated (and launched) a kernel for another
-// layout on the H200.
+// The kernel instance of a pass for layout `l`: pick(NormTypeTag<T>, kVec, kIters, kBlockRow, kGated), each flag a
+// std::integral_constant, returns &kernel<T, kVec, kIters, kBlockRow, kGated>; only layouts norm_row_layout can
+// produce are instantiated. Every compile-time value reaches `pick` as a type: the flags as std::integral_constant
+// arguments of the generic lambdas, kIters made a type in the body of its switch. With FUSEPACK_BOOL_SWITCH's
+// `constexpr static` flags read inside a nested generic lambda of this template, nvcc 13 instantiated (and launched) a
+// kernel for another layout on the H200.
 template <typename KernelPtr, typename Pick>
-KernelPtr norm_kernel_for(char const* op, NormRowLayout const& l, DType dtype, Pick const& pick) {
+KernelPtr norm_kernel_for(char const* op, NormRowLayout const& l, DType dtype, bool gated, Pick const& pick) {
   KernelPtr kernel = nullptr;
-  auto with_flags = [&](auto type, auto vec, auto block_row) {
+  auto with_flags = [&](auto type, auto vec, auto block_row, auto gate) {
     using T = typename std::decay_t<decltype(type)>::type;
     using Vec = std::decay_t<decltype(vec)>;
     using BlockRow = std::decay_t<decltype(block_row)>;
     FUSEPACK_INT_SWITCH(NormIters, l.iters, kIters, [&] {
       using Iters = std::integral_constant<int, kIters>;
       if constexpr (norm_layout_reachable<BlockRow::value>(Iters::value, NormChunk<T, Vec::value>::kN)) {
-        kernel = pick(NormTypeTag<T>{}, Vec{}, Iters{}, BlockRow{});
+        kernel = pick(NormTypeTag<T>{}, Vec{}, Iters{}, BlockRow{}, gate);
       } else {
         throw std::logic_error(std::string(op) + ": norm_row_layout produced an unreachable layout");
       }
     });
   };
+  auto with_gate = [&](auto type, auto vec, auto block_row) {
+    gated ? with_flags(type, vec, block_row, std::true_type{}) : with_flags(type, vec, block_row, std::false_type{});
+  };
   auto with_type = [&](auto type) {
     if (l.vec) {
-      l.block_per_row ? with_flags(type, std::true_type{}, std::true_type{})
-                      : with_flags(type, std::true_type{}, std::false_type{});
+      l.block_per_row ? with_gate(type, std::true_type{}, std::true_type{})
+                      : with_gate(type, std::true_type{}, std::false_type{});
     } else {
-      l.block_per_row ? with_flags(type, std::false_type{}, std::true_type{})
-                      : with_flags(type, std::false_type{}, std::false_type{});
+      l.block_per_row ? with_gate(type, std::false_type{}, std::true_type{})
+                      : with_gate(type, std::false_type{}, std::false_type{});
     }
   };
   FUSEPACK_DTYPE_SWITCH(dtype, T, [&] { with_type(NormTypeTag<T>{}); });
@@ -329,45 +332,6 @@ inline int norm_fwd_blocks(char const* op, NormRowLayout const& l, std::int64_t 
   std::int64_t const blocks = (rows + l.rows_per_block() - 1) / l.rows_per_block();
   if (blocks > 0x7fffffff) throw std::invalid_argument(std::string(op) + ": too many rows: " + std::to_string(rows));
   return static_cast<int>(blocks);
-}
-
-// A backward pass of Params (rmsnorm's or gated_rmsnorm's: rows, dim, dtype, dweight, dweight_partial,
-// num_partials): its kernel instance, layout, shared memory and persistent grid, in one place for num_partials and
-// the launch.
-template <typename Params>
-struct NormBwdLaunch {
-  void (*kernel)(Params, int, int, int) = nullptr;
-  NormRowLayout layout;
-  NormBwdSmem smem;
-  std::int64_t blocks = 0;
-};
-
-template <typename Params, typename Pick>
-NormBwdLaunch<Params> norm_bwd_launch(char const* op, Params const& p, bool aligned, int tensors, Pick const& pick) {
-  NormBwdLaunch<Params> b;
-  b.layout = norm_row_layout_or_throw(op, p.dim, p.dtype, aligned, /*small_row_iters=*/1);
-  b.smem = norm_bwd_smem(b.layout, tensors);
-  b.kernel = norm_kernel_for<void (*)(Params, int, int, int)>(op, b.layout, p.dtype, pick);
-  b.blocks = norm_persistent_blocks(b.kernel, b.layout, b.smem.bytes, p.rows);
-  return b;
-}
-
-// Checks the dweight workspace against the launch, runs the rows kernel and the fixed-order dweight reduction.
-template <typename Params>
-void run_norm_bwd(char const* op, char const* num_partials_fn, NormBwdLaunch<Params> const& b, Params const& p,
-                  cudaStream_t stream) {
-  if (p.num_partials != b.blocks || p.dweight_partial == nullptr) {
-    throw std::invalid_argument(std::string(op) + ": the dweight workspace must have " + num_partials_fn +
-                                "() = " + std::to_string(b.blocks) + " rows; got " + std::to_string(p.num_partials));
-  }
-  if (p.rows == 0) {  // no rows: dweight is the empty sum, 0
-    run_norm_dweight_reduce(p.dweight_partial, 0, p.dim, p.dweight, p.dtype, stream);
-    return;
-  }
-  b.kernel<<<static_cast<int>(b.blocks), b.layout.threads, b.smem.bytes, stream>>>(
-      p, b.layout.lanes, b.smem.stages, static_cast<int>(b.smem.ring_bytes));
-  FUSEPACK_CUDA_CHECK_LAUNCH();
-  run_norm_dweight_reduce(p.dweight_partial, b.blocks, p.dim, p.dweight, p.dtype, stream);
 }
 
 }  // namespace fusepack

@@ -1,9 +1,11 @@
-// Zero-centred RMSNorm (Qwen3.5 layer norms over hidden, per-head q/k norms over head_dim), fused forward and backward:
-//   y = x · rstd · (1 + weight),  rstd = 1 / sqrt(mean(x²) + eps), over the last dimension D of x.
-// Numerical contract: x and weight widened to fp32, the sum of squares and every product in fp32, one rounding to
-// the output dtype; rstd saved in fp32; dweight summed in fp32 in a fixed order (per-block partial sums, then a
-// second kernel), so the backward is bitwise deterministic. The row layout (norm_layout.h) and the dweight reduction
-// below are shared with gated_rmsnorm.
+// RMSNorm over the last dimension D of x, fused forward and backward, in the two forms Qwen3.5 uses:
+//   plain (z == nullptr): y = x · rstd · (1 + weight)            the zero-centred layer norms and per-head q/k norms;
+//   gated (z given):      y = x · rstd · weight · silu(z)        the Gated DeltaNet output norm (plain weight);
+// rstd = 1 / sqrt(mean(x²) + eps). One kernel family: the gate is a compile-time flag of the same row kernels.
+// Numerical contract: every input widened to fp32, the sum of squares and every product in fp32, one rounding to the
+// output dtype (HF's gated norm rounds twice more on the way; this is the more exact of the two, as FLA's
+// FusedRMSNormGated); rstd saved in fp32; dweight summed in fp32 in a fixed order (per-block partial sums, then a
+// second kernel), so the backward is bitwise deterministic. Row layout: norm_layout.h.
 #pragma once
 
 #include "kernels/common/dtype.h"
@@ -17,32 +19,28 @@ namespace fusepack {
 
 struct RmsNormFwdParams {
   void const* x = nullptr;       // [rows, dim] contiguous
-  void const* weight = nullptr;  // [dim], the checkpoint's w (the gain is 1 + w)
+  void const* z = nullptr;       // [rows, dim] contiguous, the gate; nullptr: the plain form
+  void const* weight = nullptr;  // [dim], the checkpoint's w (plain form: the gain is 1 + w; gated: w)
   void* y = nullptr;             // [rows, dim] contiguous
   float* rstd = nullptr;         // [rows] fp32: written by the forward, read by the backward
   std::int64_t rows = 0;
   std::int64_t dim = 0;  // D, <= kNormMaxDim
   float eps = 1e-6f;
-  DType dtype = DType::kBF16;  // of x, weight, y (and dy, dx, dweight)
+  DType dtype = DType::kBF16;  // of x, z, weight, y (and dy, dx, dz, dweight)
 };
 
 struct RmsNormBwdParams : RmsNormFwdParams {
-  void const* dy = nullptr;                 // [rows, dim]
-  void* dx = nullptr;                       // [rows, dim]
-  void* dweight = nullptr;                  // [dim]
-  float* dweight_partial = nullptr;         // [num_partials, dim] fp32 workspace, one row of sums per block
-  std::int64_t num_partials = 0;            // = rmsnorm_bwd_num_partials(*this)
+  void const* dy = nullptr;          // [rows, dim]
+  void* dx = nullptr;                // [rows, dim]
+  void* dz = nullptr;                // [rows, dim], gated form only
+  void* dweight = nullptr;           // [dim]
+  float* dweight_partial = nullptr;  // [num_partials, dim] fp32 workspace, one row of sums per block
+  std::int64_t num_partials = 0;     // = rmsnorm_bwd_num_partials(*this)
 };
 
 void run_rmsnorm_fwd(RmsNormFwdParams const& p, cudaStream_t stream);
 // Rows of the dweight workspace the backward needs on the current device (its persistent grid size).
 std::int64_t rmsnorm_bwd_num_partials(RmsNormBwdParams const& p);
 void run_rmsnorm_bwd(RmsNormBwdParams const& p, cudaStream_t stream);
-
-// ---- shared by rmsnorm and gated_rmsnorm (with NormRowLayout, norm_layout.h) --------------------------------------
-
-// dweight[c] = Σ_b partial[b, c] over b = 0..num_partials-1 in a fixed order, rounded once to `dtype`.
-void run_norm_dweight_reduce(float const* partial, std::int64_t num_partials, std::int64_t dim, void* dweight,
-                             DType dtype, cudaStream_t stream);
 
 }  // namespace fusepack

@@ -1,8 +1,8 @@
 // Fuzzes a --seqlens list: CLI11's comma-delimited std::vector<int> option, as fusepack-gradcheck declares it, and
-// cu_seqlens_from_lengths (tests/support/random.h), which turns the list into a packed batch's offsets. Each input line
+// cu_seqlens_from_lengths (verify/random.h), which turns the list into a packed batch's offsets. Each input line
 // is one argument after "--seqlens". CLI::ParseError (exit code 2 in the tool) and std::invalid_argument are the
 // answers to bad input.
-#include "tests/support/random.h"
+#include "verify/random.h"
 
 #include <CLI/CLI.hpp>
 
@@ -37,7 +37,7 @@ extern "C" int LLVMFuzzerTestOneInput(std::uint8_t const* data, std::size_t size
   }
   std::vector<std::int32_t> cu;
   try {
-    cu = fusepack::test::cu_seqlens_from_lengths(seqlens);
+    cu = fusepack::verify::cu_seqlens_from_lengths(seqlens);
   } catch (std::invalid_argument const&) {
     return 0;
   }

@@ -14,8 +14,8 @@
 
 #include "tests/support/env.h"
 #include "tests/support/expect.h"
-#include "tests/support/random.h"
 #include "tests/support/torch_bridge.h"
+#include "verify/random.h"
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>

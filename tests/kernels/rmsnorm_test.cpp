@@ -1,15 +1,17 @@
-// rmsnorm on both backends: the fused kernels against the fp64 reference under docs/contracts.md, numerics, with the
-// composite in the same dtype as baseline (suites *Fused*: labels kernels + gpu), forward and both gradients, at the
-// Qwen3.5-27B shapes (layer norms [T, 5120], q/k norms [T, 24|4, 256]) and odd ones (D = 7, 1003, 8191, one row,
-// misaligned pointers); the composite on the CPU against the reference in fp64; determinism; bad input.
+// rmsnorm and gated_rmsnorm (one kernel family, kernels/rmsnorm/) on both backends: the fused kernels against the
+// fp64 reference under docs/contracts.md, numerics, with the composite in the same dtype as baseline (suites *Fused*:
+// labels kernels + gpu), forward and every gradient, at the Qwen3.5-27B shapes (layer norms [T, 5120], q/k norms
+// [T, 24|4, 256], the GDN output norm [T, 48, 128]) and odd ones (D = 7, 1003, 8191, one row, misaligned pointers);
+// the composites on the CPU against the references in fp64; the row layout; determinism; bad input.
 #include "kernels/ops/rmsnorm.h"
 #include "kernels/rmsnorm/norm_layout.h"
+#include "reference/gated_rmsnorm.h"
 #include "reference/rmsnorm.h"
 
 #include "tests/support/env.h"
 #include "tests/support/expect.h"
-#include "tests/support/random.h"
 #include "tests/support/torch_bridge.h"
+#include "verify/random.h"
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/autograd.h>
@@ -20,6 +22,7 @@
 #include <cstdio>
 #include <string>
 #include <tuple>
+#include <vector>
 
 namespace fusepack::test {
 namespace {
@@ -29,47 +32,83 @@ using ref::Tensor;
 
 constexpr double kEps = 1e-6;  // rms_norm_eps of every released Qwen3.5 checkpoint
 
-struct RmsNormShape {
+// The two forms of the op: plain (rmsnorm, gain 1 + w) and gated (gated_rmsnorm, gain w, times silu(z)).
+enum class Form { kPlain, kGated };
+
+char const* op_name(Form form) { return form == Form::kGated ? "gated_rmsnorm" : "rmsnorm"; }
+
+struct NormShape {
   std::string name;
-  ref::Shape shape;  // x: [..., D]
+  ref::Shape shape;  // x (and z): [..., D]
 };
 
-struct RmsNormInputs {
-  Tensor x, weight, dy;
+struct NormInputs {
+  Tensor x, z, weight, dy;  // z undefined in the plain form
 };
 
-// x rows away from zero (the norm's derivatives grow like 1/|x| near 0), the checkpoint's w (gain 1 + w) and dy.
-RmsNormInputs draw(ref::Shape const& shape, std::mt19937_64& rng) {
+// x rows away from zero (the norm's derivatives grow like 1/|x| near 0) and dy; plain: the checkpoint's w (gain
+// 1 + w); gated: w near its initial ones and a gate z spread over silu's bend.
+NormInputs draw(Form form, ref::Shape const& shape, std::mt19937_64& rng) {
   ref::Index const D = shape.back();
-  return {randn_rows_away_from_zero(shape, rng, 0.5), randn({D}, rng, 0.5), randn(shape, rng)};
+  if (form == Form::kPlain) return {randn_rows_away_from_zero(shape, rng, 0.5), Tensor(), randn({D}, rng, 0.5),
+                                    randn(shape, rng)};
+  Tensor weight = randn({D}, rng, 0.2);
+  weight.flat().array() += 1.0;
+  return {randn_rows_away_from_zero(shape, rng, 0.5), randn(shape, rng, 2.0), weight, randn(shape, rng)};
 }
 
-// Forward and both gradients of one backend, for loss = <dy, y>. The inputs are used as they are (no copy), so a
-// misaligned view stays misaligned.
-struct RmsNormRun {
-  at::Tensor y, dx, dweight;
+// Forward and the gradients of one backend, for loss = <dy, y>; dz undefined in the plain form. The inputs are used
+// as they are (no copy), so a misaligned view stays misaligned.
+struct NormRun {
+  at::Tensor y, dx, dz, dweight;
 };
 
-RmsNormRun run(Backend backend, at::Tensor const& x0, at::Tensor const& w0, at::Tensor const& dy) {
+NormRun run(Backend backend, at::Tensor const& x0, at::Tensor const& z0, at::Tensor const& w0, at::Tensor const& dy) {
   at::Tensor x = x0.detach().requires_grad_(), w = w0.detach().requires_grad_();
-  at::Tensor y = ops::rmsnorm(x, w, kEps, backend);
-  auto grads = torch::autograd::grad({y}, {x, w}, {dy});
-  return {y.detach(), grads[0], grads[1]};
+  if (!z0.defined()) {
+    at::Tensor y = ops::rmsnorm(x, w, kEps, backend);
+    auto grads = torch::autograd::grad({y}, {x, w}, {dy});
+    return {y.detach(), grads[0], at::Tensor(), grads[1]};
+  }
+  at::Tensor z = z0.detach().requires_grad_();
+  at::Tensor y = ops::gated_rmsnorm(x, z, w, kEps, backend);
+  auto grads = torch::autograd::grad({y}, {x, z, w}, {dy});
+  return {y.detach(), grads[0], grads[1], grads[2]};
 }
 
-TEST(RmsNormComposite, MatchesReferenceOnCpuInFp64) {
+// The fp64 reference's forward and gradients; dz undefined in the plain form.
+struct NormRef {
+  Tensor y, dx, dz, dweight;
+};
+
+NormRef reference(NormInputs const& in) {
+  if (!in.z.defined()) {
+    ref::RmsNormGrads const g = ref::rmsnorm_bwd(in.dy, in.x, in.weight, kEps);
+    return {ref::rmsnorm_fwd(in.x, in.weight, kEps), g.dx, Tensor(), g.dweight};
+  }
+  ref::GatedRmsNormGrads const g = ref::gated_rmsnorm_bwd(in.dy, in.x, in.z, in.weight, kEps);
+  return {ref::gated_rmsnorm_fwd(in.x, in.z, in.weight, kEps), g.dx, g.dz, g.dweight};
+}
+
+// The composite on the CPU in fp64 against the reference.
+void expect_composite_matches_reference_in_fp64(Form form) {
   auto rng = test_rng();
-  RmsNormInputs const in = draw({3, 4, 19}, rng);
+  NormInputs const in = draw(form, {3, 4, 19}, rng);
   at::Device const cpu(at::kCPU);
-  RmsNormRun const r = run(Backend::kComposite, to_torch(in.x, at::kDouble, cpu), to_torch(in.weight, at::kDouble, cpu),
-                           to_torch(in.dy, at::kDouble, cpu));
-  ref::RmsNormGrads const g = ref::rmsnorm_bwd(in.dy, in.x, in.weight, kEps);
+  auto on_cpu = [&](Tensor const& t) { return t.defined() ? to_torch(t, at::kDouble, cpu) : at::Tensor(); };
+  NormRun const r = run(Backend::kComposite, on_cpu(in.x), on_cpu(in.z), on_cpu(in.weight), on_cpu(in.dy));
+  NormRef const want = reference(in);
   // The same fp64 formulas in different orders (autograd's dx vs the closed form): 1e-12 relative covers that.
   Tolerance const tol{1e-13, 1e-12};
-  FUSEPACK_EXPECT_PASS(compare_allclose("y", to_ref(r.y), ref::rmsnorm_fwd(in.x, in.weight, kEps), tol));
-  FUSEPACK_EXPECT_PASS(compare_allclose("dx", to_ref(r.dx), g.dx, tol));
-  FUSEPACK_EXPECT_PASS(compare_allclose("dweight", to_ref(r.dweight), g.dweight, tol));
+  FUSEPACK_EXPECT_PASS(compare_allclose("y", to_ref(r.y), want.y, tol));
+  FUSEPACK_EXPECT_PASS(compare_allclose("dx", to_ref(r.dx), want.dx, tol));
+  if (form == Form::kGated) FUSEPACK_EXPECT_PASS(compare_allclose("dz", to_ref(r.dz), want.dz, tol));
+  FUSEPACK_EXPECT_PASS(compare_allclose("dweight", to_ref(r.dweight), want.dweight, tol));
 }
+
+TEST(RmsNormComposite, MatchesReferenceOnCpuInFp64) { expect_composite_matches_reference_in_fp64(Form::kPlain); }
+
+TEST(GatedRmsNormComposite, MatchesReferenceOnCpuInFp64) { expect_composite_matches_reference_in_fp64(Form::kGated); }
 
 // The row layout of both norm kernels (plain C++, checked on the CPU): every D in 1..kNormMaxDim is covered by the
 // threads of its row, with the register and block-size budgets the kernels are compiled for (norm_rows.cuh).
@@ -123,27 +162,35 @@ TEST(RmsNormLayout, CoversEveryRowLengthWithinTheKernelBudgets) {
 // The fused result in `dtype` against the reference, with the composite in the same dtype as baseline. `place`
 // turns the rounded inputs into the tensors the backends see (contiguous CUDA tensors, or misaligned views).
 template <typename Place>
-void expect_fused_matches_reference(Dtype dtype, ref::Shape const& shape, Place&& place) {
+void expect_fused_matches_reference(Form form, Dtype dtype, ref::Shape const& shape, Place&& place) {
   auto rng = test_rng();
-  RmsNormInputs in = draw(shape, rng);
-  for (Tensor* t : {&in.x, &in.weight, &in.dy}) round_to(dtype, *t);  // the reference sees the kernel's inputs
+  NormInputs in = draw(form, shape, rng);
+  for (Tensor* t : {&in.x, &in.z, &in.weight, &in.dy}) {
+    if (t->defined()) round_to(dtype, *t);  // the reference sees the kernel's inputs
+  }
   at::ScalarType const st = scalar_type(dtype);
-  at::Tensor const x = place(in.x, st), w = place(in.weight, st), dy = place(in.dy, st);
-  RmsNormRun const fused = run(Backend::kFused, x, w, dy), composite = run(Backend::kComposite, x, w, dy);
-  ref::RmsNormGrads const want = ref::rmsnorm_bwd(in.dy, in.x, in.weight, kEps);
-  FUSEPACK_EXPECT_PASS(check_fused("y", fused.y, composite.y, ref::rmsnorm_fwd(in.x, in.weight, kEps)));
+  at::Tensor const x = place(in.x, st), z = in.z.defined() ? place(in.z, st) : at::Tensor(), w = place(in.weight, st),
+                   dy = place(in.dy, st);
+  NormRun const fused = run(Backend::kFused, x, z, w, dy), composite = run(Backend::kComposite, x, z, w, dy);
+  NormRef const want = reference(in);
+  FUSEPACK_EXPECT_PASS(check_fused("y", fused.y, composite.y, want.y));
   FUSEPACK_EXPECT_PASS(check_fused("dx", fused.dx, composite.dx, want.dx));
+  if (form == Form::kGated) FUSEPACK_EXPECT_PASS(check_fused("dz", fused.dz, composite.dz, want.dz));
   FUSEPACK_EXPECT_PASS(check_fused("dweight", fused.dweight, composite.dweight, want.dweight));
 }
 
 at::Tensor on_cuda(Tensor const& t, at::ScalarType st) { return to_torch(t, st, at::Device(at::kCUDA)); }
 
-class RmsNormFused : public ::testing::TestWithParam<std::tuple<Dtype, RmsNormShape>> {};
+std::string case_name(std::tuple<Dtype, NormShape> const& param) {
+  return std::string(dtype_name(std::get<0>(param))) + "_" + std::get<1>(param).name;
+}
+
+class RmsNormFused : public ::testing::TestWithParam<std::tuple<Dtype, NormShape>> {};
 
 TEST_P(RmsNormFused, MatchesReference) {
   FUSEPACK_SKIP_WITHOUT_CUDA();
   auto const [dtype, shape] = GetParam();
-  expect_fused_matches_reference(dtype, shape.shape, on_cuda);
+  expect_fused_matches_reference(Form::kPlain, dtype, shape.shape, on_cuda);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -152,26 +199,49 @@ INSTANTIATE_TEST_SUITE_P(
         ::testing::Values(Dtype::kBF16, Dtype::kF16, Dtype::kF32),
         ::testing::Values(
             // Qwen3.5-27B: input/post-attention/final norms over hidden 5120 (one row per block).
-            RmsNormShape{"layer_t1_d5120", {1, 5120}}, RmsNormShape{"layer_t37_d5120", {37, 5120}},
-            RmsNormShape{"layer_t1000_d5120", {1000, 5120}},
+            NormShape{"layer_t1_d5120", {1, 5120}}, NormShape{"layer_t37_d5120", {37, 5120}},
+            NormShape{"layer_t1000_d5120", {1000, 5120}},
             // q_norm over head_dim 256 (a warp per row in bf16, several rows per block).
-            RmsNormShape{"qnorm_t1_h24_d256", {1, 24, 256}}, RmsNormShape{"qnorm_t37_h24_d256", {37, 24, 256}},
-            RmsNormShape{"qnorm_t1000_h24_d256", {1000, 24, 256}},
+            NormShape{"qnorm_t1_h24_d256", {1, 24, 256}}, NormShape{"qnorm_t37_h24_d256", {37, 24, 256}},
+            NormShape{"qnorm_t1000_h24_d256", {1000, 24, 256}},
             // k_norm: 4 kv heads.
-            RmsNormShape{"knorm_t1_h4_d256", {1, 4, 256}}, RmsNormShape{"knorm_t37_h4_d256", {37, 4, 256}},
-            RmsNormShape{"knorm_t1000_h4_d256", {1000, 4, 256}},
+            NormShape{"knorm_t1_h4_d256", {1, 4, 256}}, NormShape{"knorm_t37_h4_d256", {37, 4, 256}},
+            NormShape{"knorm_t1000_h4_d256", {1000, 4, 256}},
             // D not a multiple of 8: the scalar path, small (8 lanes per row) and large (one row per block).
-            RmsNormShape{"odd_t37_d7", {37, 7}}, RmsNormShape{"odd_t37_d1003", {37, 1003}},
-            RmsNormShape{"one_row_d7", {7}}, RmsNormShape{"one_row_d1003", {1003}},
+            NormShape{"odd_t37_d7", {37, 7}}, NormShape{"odd_t37_d1003", {37, 1003}}, NormShape{"one_row_d7", {7}},
+            NormShape{"one_row_d1003", {1003}},
             // Longest scalar rows (1024 threads × 8 elements) and the largest D the fused kernel takes.
-            RmsNormShape{"odd_t3_d8191", {3, 8191}}, RmsNormShape{"max_t5_d8192", {5, 8192}},
+            NormShape{"odd_t3_d8191", {3, 8191}}, NormShape{"max_t5_d8192", {5, 8192}},
             // A row of two 16-byte vectors (groups of 4 lanes, half idle) and a row of 128 bf16 vectors.
-            RmsNormShape{"tail_t33_d16", {33, 16}}, RmsNormShape{"t17_d1024", {17, 1024}})),
-    [](auto const& tc) { return std::string(dtype_name(std::get<0>(tc.param))) + "_" + std::get<1>(tc.param).name; });
+            NormShape{"tail_t33_d16", {33, 16}}, NormShape{"t17_d1024", {17, 1024}})),
+    [](auto const& tc) { return case_name(tc.param); });
+
+class GatedRmsNormFused : public ::testing::TestWithParam<std::tuple<Dtype, NormShape>> {};
+
+TEST_P(GatedRmsNormFused, MatchesReference) {
+  FUSEPACK_SKIP_WITHOUT_CUDA();
+  auto const [dtype, shape] = GetParam();
+  expect_fused_matches_reference(Form::kGated, dtype, shape.shape, on_cuda);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Sm90, GatedRmsNormFused,
+    ::testing::Combine(
+        ::testing::Values(Dtype::kBF16, Dtype::kF16, Dtype::kF32),
+        ::testing::Values(
+            // Qwen3.5-27B GDN output norm: 48 value heads of head_v_dim 128 (half a warp per row in bf16).
+            NormShape{"gdn_t1_h48_d128", {1, 48, 128}}, NormShape{"gdn_t37_h48_d128", {37, 48, 128}},
+            NormShape{"gdn_t1000_h48_d128", {1000, 48, 128}},
+            // D not a multiple of 8: the scalar path, small (8 lanes per row) and large (one row per block).
+            NormShape{"odd_t37_d7", {37, 7}}, NormShape{"odd_t37_d1003", {37, 1003}}, NormShape{"one_row_d7", {7}},
+            NormShape{"one_row_d128", {128}},
+            // One row per block with 16-byte accesses, the longest scalar rows, the largest D.
+            NormShape{"t37_d5120", {37, 5120}}, NormShape{"odd_t3_d8191", {3, 8191}},
+            NormShape{"max_t5_d8192", {5, 8192}})),
+    [](auto const& tc) { return case_name(tc.param); });
 
 // Every tensor one element past a 16-byte boundary: the kernels must take the scalar path and still be right.
-TEST(RmsNormFused, MisalignedPointersTakeTheScalarPath) {
-  FUSEPACK_SKIP_WITHOUT_CUDA();
+void expect_misaligned_pointers_take_the_scalar_path(Form form, std::vector<ref::Shape> const& shapes) {
   auto misaligned = [](Tensor const& t, at::ScalarType st) {
     at::Tensor const dense = on_cuda(t, st);
     at::Tensor buffer = at::empty({dense.numel() + 1}, dense.options());
@@ -182,46 +252,80 @@ TEST(RmsNormFused, MisalignedPointersTakeTheScalarPath) {
     return view;
   };
   for (Dtype dtype : {Dtype::kBF16, Dtype::kF16, Dtype::kF32}) {
-    expect_fused_matches_reference(dtype, {37, 24, 256}, misaligned);
-    expect_fused_matches_reference(dtype, {5, 5120}, misaligned);
+    for (ref::Shape const& shape : shapes) expect_fused_matches_reference(form, dtype, shape, misaligned);
+  }
+}
+
+TEST(RmsNormFused, MisalignedPointersTakeTheScalarPath) {
+  FUSEPACK_SKIP_WITHOUT_CUDA();
+  expect_misaligned_pointers_take_the_scalar_path(Form::kPlain, {{37, 24, 256}, {5, 5120}});
+}
+
+TEST(GatedRmsNormFused, MisalignedPointersTakeTheScalarPath) {
+  FUSEPACK_SKIP_WITHOUT_CUDA();
+  expect_misaligned_pointers_take_the_scalar_path(Form::kGated, {{37, 48, 128}});
+}
+
+void expect_backward_bitwise_deterministic(Form form, std::vector<ref::Shape> const& shapes) {
+  auto rng = test_rng();
+  for (ref::Shape const& shape : shapes) {
+    NormInputs const in = draw(form, shape, rng);
+    at::Tensor const x = on_cuda(in.x, at::kBFloat16), w = on_cuda(in.weight, at::kBFloat16),
+                     dy = on_cuda(in.dy, at::kBFloat16);
+    at::Tensor const z = in.z.defined() ? on_cuda(in.z, at::kBFloat16) : at::Tensor();
+    NormRun const a = run(Backend::kFused, x, z, w, dy), b = run(Backend::kFused, x, z, w, dy);
+    EXPECT_TRUE(at::equal(a.y, b.y)) << ref::shape_str(shape);
+    EXPECT_TRUE(at::equal(a.dx, b.dx)) << ref::shape_str(shape);
+    if (form == Form::kGated) {
+      EXPECT_TRUE(at::equal(a.dz, b.dz)) << ref::shape_str(shape);
+    }
+    EXPECT_TRUE(at::equal(a.dweight, b.dweight)) << ref::shape_str(shape);
   }
 }
 
 TEST(RmsNormFused, BackwardIsBitwiseDeterministic) {
   FUSEPACK_SKIP_WITHOUT_CUDA();
-  auto rng = test_rng();
-  for (ref::Shape const& shape : {ref::Shape{1000, 5120}, ref::Shape{1000, 24, 256}, ref::Shape{129, 1003}}) {
-    RmsNormInputs const in = draw(shape, rng);
-    at::Tensor const x = on_cuda(in.x, at::kBFloat16), w = on_cuda(in.weight, at::kBFloat16),
-                     dy = on_cuda(in.dy, at::kBFloat16);
-    RmsNormRun const a = run(Backend::kFused, x, w, dy), b = run(Backend::kFused, x, w, dy);
-    EXPECT_TRUE(at::equal(a.y, b.y)) << ref::shape_str(shape);
-    EXPECT_TRUE(at::equal(a.dx, b.dx)) << ref::shape_str(shape);
-    EXPECT_TRUE(at::equal(a.dweight, b.dweight)) << ref::shape_str(shape);
-  }
+  expect_backward_bitwise_deterministic(Form::kPlain, {{1000, 5120}, {1000, 24, 256}, {129, 1003}});
+}
+
+TEST(GatedRmsNormFused, BackwardIsBitwiseDeterministic) {
+  FUSEPACK_SKIP_WITHOUT_CUDA();
+  expect_backward_bitwise_deterministic(Form::kGated, {{1000, 48, 128}, {129, 1003}, {300, 5120}});
 }
 
 // T = 0: nothing to normalise; the weight gradient is an exact zero (the backward still runs its reduction).
-TEST(RmsNormFused, EmptyBatchGivesEmptyOutputsAndZeroWeightGradient) {
-  FUSEPACK_SKIP_WITHOUT_CUDA();
+void expect_empty_batch_gives_zero_weight_gradient(Form form, std::vector<int64_t> const& shape) {
   auto opts = at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA);
-  RmsNormRun const r = run(Backend::kFused, at::ones({0, 24, 256}, opts), at::ones({256}, opts),
-                           at::ones({0, 24, 256}, opts));
-  EXPECT_EQ(r.y.sizes(), at::IntArrayRef({0, 24, 256}));
-  EXPECT_EQ(r.dx.sizes(), at::IntArrayRef({0, 24, 256}));
-  EXPECT_TRUE(at::equal(r.dweight, at::zeros({256}, opts)));
+  at::Tensor const empty = at::ones(shape, opts), w = at::ones({shape.back()}, opts);
+  NormRun const r = run(Backend::kFused, empty, form == Form::kGated ? empty : at::Tensor(), w, empty);
+  EXPECT_EQ(r.y.sizes(), at::IntArrayRef(shape));
+  EXPECT_EQ(r.dx.sizes(), at::IntArrayRef(shape));
+  if (form == Form::kGated) {
+    EXPECT_EQ(r.dz.sizes(), at::IntArrayRef(shape));
+  }
+  EXPECT_TRUE(at::equal(r.dweight, at::zeros({shape.back()}, opts)));
 }
 
-// T = 0 at the layer-norm width: the one-row-per-block layout sizes its dweight workspace for no rows (the test above
-// covers the several-rows-per-block q/k-norm layout).
+TEST(RmsNormFused, EmptyBatchGivesEmptyOutputsAndZeroWeightGradient) {
+  FUSEPACK_SKIP_WITHOUT_CUDA();
+  expect_empty_batch_gives_zero_weight_gradient(Form::kPlain, {0, 24, 256});
+}
+
+TEST(GatedRmsNormFused, EmptyBatchGivesEmptyOutputsAndZeroWeightGradient) {
+  FUSEPACK_SKIP_WITHOUT_CUDA();
+  expect_empty_batch_gives_zero_weight_gradient(Form::kGated, {0, 48, 128});
+}
+
+// T = 0 at D = 5120: the one-row-per-block layout sizes its dweight workspace for no rows (the tests above cover the
+// several-rows-per-block layouts).
 TEST(RmsNormFused, EmptyBatchOfLayerNormRowsGivesZeroWeightGradient) {
   FUSEPACK_SKIP_WITHOUT_CUDA();
-  auto opts = at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA);
-  at::Tensor const empty = at::ones({0, 5120}, opts);
-  RmsNormRun const r = run(Backend::kFused, empty, at::ones({5120}, opts), empty);
-  EXPECT_EQ(r.y.sizes(), at::IntArrayRef({0, 5120}));
-  EXPECT_EQ(r.dx.sizes(), at::IntArrayRef({0, 5120}));
-  EXPECT_TRUE(at::equal(r.dweight, at::zeros({5120}, opts)));
+  expect_empty_batch_gives_zero_weight_gradient(Form::kPlain, {0, 5120});
+}
+
+TEST(GatedRmsNormFused, EmptyBatchOfLongRowsGivesZeroWeightGradient) {
+  FUSEPACK_SKIP_WITHOUT_CUDA();
+  expect_empty_batch_gives_zero_weight_gradient(Form::kGated, {0, 5120});
 }
 
 TEST(RmsNormFused, RejectsRowsLongerThanTheRegisterBudget) {
@@ -229,6 +333,23 @@ TEST(RmsNormFused, RejectsRowsLongerThanTheRegisterBudget) {
   auto opts = at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA);
   at::Tensor const x = at::ones({2, 8193}, opts), w = at::zeros({8193}, opts);
   expect_torch_error([&] { ops::rmsnorm(x, w, kEps, Backend::kFused); }, "supports 1 <= D <= 8192");
+  expect_torch_error([&] { ops::gated_rmsnorm(x, x, w, kEps, Backend::kFused); }, "supports 1 <= D <= 8192");
+}
+
+// The fused backend never falls back: CPU tensors are refused with the reason (no device, or no CUDA build).
+template <typename F>
+void expect_fused_refuses_cpu_tensors(Form form, F&& fused_call) {
+  try {
+    fused_call();
+    ADD_FAILURE() << "the fused backend accepted CPU tensors";
+  } catch (c10::Error const& e) {
+    std::string const msg = e.what_without_backtrace();
+    std::printf("[  error   ] %s\n", msg.c_str());
+    EXPECT_TRUE(msg.find(std::string(op_name(form)) + ": the fused kernel needs x on a CUDA device") !=
+                    std::string::npos ||
+                msg.find("has no CUDA kernels") != std::string::npos)
+        << msg;
+  }
 }
 
 TEST(RmsNormOps, RejectsBadInput) {
@@ -243,17 +364,27 @@ TEST(RmsNormOps, RejectsBadInput) {
                      "rmsnorm: weight has dtype Double but x has Float");
   expect_torch_error([&] { ops::rmsnorm(at::ones({}), at::zeros({1}), kEps, Backend::kComposite); },
                      "rmsnorm: x must be [..., D] with at least 1 dimension");
-  // The fused backend never falls back: CPU tensors are refused with the reason (no device, or no CUDA build).
-  try {
-    ops::rmsnorm(x, w, kEps, Backend::kFused);
-    ADD_FAILURE() << "the fused backend accepted CPU tensors";
-  } catch (c10::Error const& e) {
-    std::string const msg = e.what_without_backtrace();
-    std::printf("[  error   ] %s\n", msg.c_str());
-    EXPECT_TRUE(msg.find("rmsnorm: the fused kernel needs x on a CUDA device") != std::string::npos ||
-                msg.find("has no CUDA kernels") != std::string::npos)
-        << msg;
-  }
+  expect_fused_refuses_cpu_tensors(Form::kPlain, [&] { ops::rmsnorm(x, w, kEps, Backend::kFused); });
+}
+
+TEST(GatedRmsNormOps, RejectsBadInput) {
+  at::Tensor const x = at::ones({2, 4}), z = at::ones({2, 4}), w = at::ones({4});
+  expect_torch_error([&] { ops::gated_rmsnorm(x, at::ones({2, 3}), w, kEps, Backend::kComposite); },
+                     "gated_rmsnorm: z has shape [2, 3] but x has [2, 4]; they must match");
+  expect_torch_error([&] { ops::gated_rmsnorm(x, z, at::ones({5}), kEps, Backend::kComposite); },
+                     "gated_rmsnorm: weight has shape [5]; expected 4 in dimension 0");
+  expect_torch_error([&] { ops::gated_rmsnorm(x, z, w, 0.0, Backend::kComposite); },
+                     "gated_rmsnorm: eps must be > 0; got 0");
+  expect_torch_error([&] { ops::gated_rmsnorm(x, z, w, -1.0, Backend::kFused); }, "gated_rmsnorm: eps must be > 0");
+  expect_torch_error([&] { ops::gated_rmsnorm(x, z.to(at::kBFloat16), w, kEps, Backend::kComposite); },
+                     "gated_rmsnorm: z has dtype BFloat16 but x has Float");
+  expect_torch_error([&] { ops::gated_rmsnorm(x, z, w.to(at::kDouble), kEps, Backend::kComposite); },
+                     "gated_rmsnorm: weight has dtype Double but x has Float");
+  expect_torch_error([&] { ops::gated_rmsnorm(x, at::Tensor(), w, kEps, Backend::kComposite); },
+                     "gated_rmsnorm: z is required");
+  expect_torch_error([&] { ops::gated_rmsnorm(at::ones({}), at::ones({}), at::ones({1}), kEps, Backend::kComposite); },
+                     "gated_rmsnorm: x must be [..., D] with at least 1 dimension");
+  expect_fused_refuses_cpu_tensors(Form::kGated, [&] { ops::gated_rmsnorm(x, z, w, kEps, Backend::kFused); });
 }
 
 }  // namespace

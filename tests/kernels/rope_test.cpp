@@ -7,8 +7,8 @@
 
 #include "tests/support/env.h"
 #include "tests/support/expect.h"
-#include "tests/support/random.h"
 #include "tests/support/torch_bridge.h"
+#include "verify/random.h"
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/autograd.h>

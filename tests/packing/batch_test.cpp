@@ -5,7 +5,7 @@
 
 #include "tests/support/env.h"
 #include "tests/support/expect.h"
-#include "tests/support/random.h"
+#include "verify/random.h"
 
 #include <gtest/gtest.h>
 

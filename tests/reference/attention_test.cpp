@@ -3,11 +3,11 @@
 #include "reference/attention.h"
 
 #include "reference/math.h"
-#include "tests/support/compare.h"
 #include "tests/support/env.h"
 #include "tests/support/expect.h"
-#include "tests/support/gradcheck.h"
-#include "tests/support/random.h"
+#include "verify/compare.h"
+#include "verify/gradcheck.h"
+#include "verify/random.h"
 
 #include <gtest/gtest.h>
 

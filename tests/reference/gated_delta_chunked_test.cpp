@@ -4,10 +4,10 @@
 #include "reference/gated_delta.h"
 #include "reference/gated_delta_chunked.h"
 
-#include "tests/support/compare.h"
 #include "tests/support/env.h"
 #include "tests/support/expect.h"
-#include "tests/support/random.h"
+#include "verify/compare.h"
+#include "verify/random.h"
 
 #include <gtest/gtest.h>
 

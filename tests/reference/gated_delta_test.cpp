@@ -2,11 +2,11 @@
 // final state), closed-form and hand-computed cases, the GQA head mapping, packed == examples stitched, bad arguments.
 #include "reference/gated_delta.h"
 
-#include "tests/support/compare.h"
 #include "tests/support/env.h"
 #include "tests/support/expect.h"
-#include "tests/support/gradcheck.h"
-#include "tests/support/random.h"
+#include "verify/compare.h"
+#include "verify/gradcheck.h"
+#include "verify/random.h"
 
 #include <gtest/gtest.h>
 

@@ -3,8 +3,8 @@
 
 #include "tests/support/env.h"
 #include "tests/support/expect.h"
-#include "tests/support/gradcheck.h"
-#include "tests/support/random.h"
+#include "verify/gradcheck.h"
+#include "verify/random.h"
 
 #include <gtest/gtest.h>
 

@@ -3,6 +3,8 @@
 //   FUSEPACK_TEST_LEVEL  smoke (default, what CI runs) or full (many more random cases; the GPU machine's level).
 #pragma once
 
+#include "tests/support/verify.h"
+
 #include <cstdint>
 #include <random>
 #include <string>

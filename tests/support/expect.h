@@ -1,8 +1,10 @@
-// GoogleTest glue for ErrorReport: every checked report is printed as one "[ check ]" line (ci/summarize.py collects
-// them into the gate's summary table) and fails the test, with the report as message, when over its budget.
+// GoogleTest glue for ErrorReport (verify/compare.h): every checked report is printed as one "[ check ]" line
+// (ci/summarize.py collects them into the gate's summary table) and fails the test, with the report as message, when
+// over its budget.
 #pragma once
 
-#include "tests/support/compare.h"
+#include "tests/support/verify.h"
+#include "verify/compare.h"
 
 #include <gtest/gtest.h>
 
@@ -16,11 +18,11 @@ void print_check(ErrorReport const& report);
 
 }  // namespace fusepack::test
 
-#define FUSEPACK_EXPECT_PASS(report_expr)                                \
-  do {                                                                   \
-    ::fusepack::test::ErrorReport const fusepack_report_ = (report_expr); \
-    ::fusepack::test::print_check(fusepack_report_);                     \
-    EXPECT_TRUE(fusepack_report_.passed()) << fusepack_report_.str();    \
+#define FUSEPACK_EXPECT_PASS(report_expr)                                   \
+  do {                                                                      \
+    ::fusepack::verify::ErrorReport const fusepack_report_ = (report_expr); \
+    ::fusepack::test::print_check(fusepack_report_);                        \
+    EXPECT_TRUE(fusepack_report_.passed()) << fusepack_report_.str();       \
   } while (0)
 
 // `statement` must throw std::invalid_argument whose message contains `substring` (the message is printed, so a

@@ -1,10 +1,10 @@
 // The test helpers are themselves tested: a checker that cannot fail would make every test built on it worthless.
-#include "tests/support/compare.h"
-#include "tests/support/dtype.h"
 #include "tests/support/env.h"
 #include "tests/support/expect.h"
-#include "tests/support/gradcheck.h"
-#include "tests/support/random.h"
+#include "verify/compare.h"
+#include "verify/dtype.h"
+#include "verify/gradcheck.h"
+#include "verify/random.h"
 
 #include <gtest/gtest.h>
 

@@ -19,8 +19,8 @@
 #include "reference/swiglu.h"
 #include "tests/support/env.h"
 #include "tests/support/expect.h"
-#include "tests/support/random.h"
 #include "tests/support/torch_bridge.h"
+#include "verify/random.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>

@@ -11,11 +11,11 @@
 #include "trainer/model/weights.h"
 
 #include "packing/batch.h"
-#include "tests/support/compare.h"
 #include "tests/support/env.h"
 #include "tests/support/expect.h"
-#include "tests/support/random.h"
 #include "tests/support/torch_bridge.h"
+#include "verify/compare.h"
+#include "verify/random.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>

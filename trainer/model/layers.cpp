@@ -3,7 +3,6 @@
 #include "kernels/ops/attention.h"
 #include "kernels/ops/conv1d.h"
 #include "kernels/ops/gated_delta.h"
-#include "kernels/ops/gated_rmsnorm.h"
 #include "kernels/ops/op_scope.h"
 #include "kernels/ops/rmsnorm.h"
 #include "kernels/ops/rope.h"

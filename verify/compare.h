@@ -1,4 +1,4 @@
-// Error reports for comparing a result with its fp64 reference, shared by every fusepack test:
+// Error reports for comparing a result with its fp64 reference, shared by every fusepack test and fusepack-gradcheck:
 //   - max abs error, max rel error, relative RMS error;
 //   - the worst element (largest share of its tolerance) decoded as (example, position, head, channel) when the
 //     caller gives the packed layout;
@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-namespace fusepack::test {
+namespace fusepack::verify {
 
 // How a flat index of the compared tensor maps back to something a person can find.
 struct IndexLayout {
@@ -60,4 +60,4 @@ double design_budget(double baseline_max_abs, double floor);
 ErrorReport compare_with_baseline(std::string const& name, double const* got, double const* baseline,
                                   double const* ref, std::int64_t n, double floor, IndexLayout const& layout = {});
 
-}  // namespace fusepack::test
+}  // namespace fusepack::verify

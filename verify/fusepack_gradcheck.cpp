@@ -3,7 +3,7 @@
 //   --backend fused (default): the fused kernel on the GPU under the numerics rule of docs/contracts.md, with the
 //     ATen composite in the same dtype as baseline: max|fused − ref64| <= 2·max|composite − ref64| + one rounding step;
 //   --backend composite: the composite itself on --device cpu|cuda in fp64 (allclose, 1e-10 relative: the two differ
-//     only in operation order) or fp32 (relative RMS <= 1e-5, tests/support/torch_bridge.h says why).
+//     only in operation order) or fp32 (relative RMS <= 1e-5, verify/torch_bridge.h says why).
 // gated_delta's decay g, initial and final states are fp32 whatever --dtype says (fp64 with --dtype fp64); in a
 // bf16/fp16 run they are judged at that dtype's rounding step, like o (tests/kernels/gated_delta_test.cpp says why).
 // Prints one line per output and gradient (max abs, max rel, baseline error, share of the budget used) and exits 0
@@ -14,7 +14,6 @@
 #include "kernels/ops/attention.h"
 #include "kernels/ops/conv1d.h"
 #include "kernels/ops/gated_delta.h"
-#include "kernels/ops/gated_rmsnorm.h"
 #include "kernels/ops/rmsnorm.h"
 #include "kernels/ops/rope.h"
 #include "kernels/ops/swiglu.h"
@@ -25,10 +24,10 @@
 #include "reference/rmsnorm.h"
 #include "reference/rope.h"
 #include "reference/swiglu.h"
-#include "tests/support/compare.h"
-#include "tests/support/dtype.h"
-#include "tests/support/random.h"
-#include "tests/support/torch_bridge.h"
+#include "verify/compare.h"
+#include "verify/dtype.h"
+#include "verify/random.h"
+#include "verify/torch_bridge.h"
 
 #include <ATen/ATen.h>
 #include <CLI/CLI.hpp>
@@ -45,7 +44,7 @@
 #include <string>
 #include <vector>
 
-namespace fusepack::test {
+namespace fusepack::verify {
 namespace {
 
 using ref::Tensor;
@@ -461,10 +460,10 @@ int gradcheck(Options const& o) {
 }
 
 }  // namespace
-}  // namespace fusepack::test
+}  // namespace fusepack::verify
 
 int main(int argc, char** argv) {
-  fusepack::test::Options o;
+  fusepack::verify::Options o;
   std::string seqlens = "1,17,300", heads = "4";
   CLI::App app{"fusepack-gradcheck: one op, forward and every gradient, against the fp64 reference"};
   app.add_option("op", o.op, "swiglu | rmsnorm | gated_rmsnorm | rope | conv1d | attention | gated_delta")
@@ -497,7 +496,7 @@ int main(int argc, char** argv) {
           "UINT64"));
   try {
     app.parse(argc, argv);
-    for (fusepack::test::OptionScope const& scope : fusepack::test::kOptionScopes) {
+    for (fusepack::verify::OptionScope const& scope : fusepack::verify::kOptionScopes) {
       if (app.count(scope.option) == 0) continue;
       if (std::find(scope.ops.begin(), scope.ops.end(), o.op) != scope.ops.end()) continue;
       std::string ops;
@@ -505,8 +504,8 @@ int main(int argc, char** argv) {
       throw std::invalid_argument(std::string(scope.option) + " does not apply to " + o.op + " (it applies to " +
                                   ops + ")");
     }
-    o.seqlens = fusepack::test::parse_list("--seqlens", seqlens, 0);
-    o.heads = fusepack::test::parse_list("--heads", heads, 1);
+    o.seqlens = fusepack::verify::parse_list("--seqlens", seqlens, 0);
+    o.heads = fusepack::verify::parse_list("--heads", heads, 1);
     for (auto [flag, value] : {std::pair<char const*, int>{"--dim", o.dim}, {"--kv-heads", o.kv_heads},
                                {"--width", o.width}}) {
       if (value < 1) {
@@ -514,7 +513,7 @@ int main(int argc, char** argv) {
                                     (std::string(flag) == "--dim" ? ": nothing to check" : ""));
       }
     }
-    return fusepack::test::gradcheck(o);
+    return fusepack::verify::gradcheck(o);
   } catch (CLI::ParseError const& e) {
     return app.exit(e) == 0 ? 0 : 2;
   } catch (c10::Error const& e) {

@@ -1,9 +1,9 @@
-#include "tests/support/dtype.h"
+#include "verify/dtype.h"
 
 #include <cmath>
 #include <limits>
 
-namespace fusepack::test {
+namespace fusepack::verify {
 
 char const* dtype_name(Dtype dtype) {
   switch (dtype) {
@@ -56,4 +56,4 @@ double rounding_step(Dtype dtype, double magnitude) {
   return std::ldexp(1.0, e - mantissa_bits(dtype));
 }
 
-}  // namespace fusepack::test
+}  // namespace fusepack::verify

@@ -1,4 +1,5 @@
-// Random inputs for tests, drawn from the test's own seeded generator (tests/support/env.h).
+// Random inputs for the checks, drawn from the caller's seeded generator (a test's own, tests/support/env.h; or
+// fusepack-gradcheck's --seed).
 #pragma once
 
 #include "reference/tensor.h"
@@ -7,7 +8,7 @@
 #include <random>
 #include <vector>
 
-namespace fusepack::test {
+namespace fusepack::verify {
 
 ref::Tensor randn(ref::Shape shape, std::mt19937_64& rng, double stddev = 1.0);
 ref::Tensor uniform(ref::Shape shape, std::mt19937_64& rng, double lo, double hi);
@@ -22,4 +23,4 @@ std::vector<std::int32_t> cu_seqlens_from_lengths(std::vector<int> const& length
 // Random example lengths in [min_len, max_len] summing to anything; `count` examples.
 std::vector<int> random_lengths(std::mt19937_64& rng, int count, int min_len, int max_len);
 
-}  // namespace fusepack::test
+}  // namespace fusepack::verify

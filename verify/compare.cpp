@@ -1,4 +1,4 @@
-#include "tests/support/compare.h"
+#include "verify/compare.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,7 +7,7 @@
 #include <sstream>
 #include <stdexcept>
 
-namespace fusepack::test {
+namespace fusepack::verify {
 
 std::string IndexLayout::decode(std::int64_t flat) const {
   std::ostringstream os;
@@ -141,4 +141,4 @@ std::string ErrorReport::str() const {
   return s;
 }
 
-}  // namespace fusepack::test
+}  // namespace fusepack::verify

@@ -1,10 +1,10 @@
-#include "tests/support/random.h"
+#include "verify/random.h"
 
 #include <limits>
 #include <stdexcept>
 #include <string>
 
-namespace fusepack::test {
+namespace fusepack::verify {
 
 ref::Tensor randn(ref::Shape shape, std::mt19937_64& rng, double stddev) {
   ref::Tensor t(std::move(shape));
@@ -52,4 +52,4 @@ std::vector<int> random_lengths(std::mt19937_64& rng, int count, int min_len, in
   return lengths;
 }
 
-}  // namespace fusepack::test
+}  // namespace fusepack::verify

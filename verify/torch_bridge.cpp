@@ -1,4 +1,4 @@
-#include "tests/support/torch_bridge.h"
+#include "verify/torch_bridge.h"
 
 #include <ATen/ATen.h>
 
@@ -8,7 +8,7 @@
 
 #include <stdexcept>
 
-namespace fusepack::test {
+namespace fusepack::verify {
 
 ref::Tensor to_ref(at::Tensor const& t) {
   at::Tensor const h = t.detach().to(at::kCPU, at::kDouble).contiguous();
@@ -80,4 +80,4 @@ ErrorReport check_fused(std::string const& name, at::Tensor const& fused, at::Te
   return r;
 }
 
-}  // namespace fusepack::test
+}  // namespace fusepack::verify

@@ -8,12 +8,12 @@
 #pragma once
 
 #include "reference/tensor.h"
-#include "tests/support/compare.h"
+#include "verify/compare.h"
 
 #include <functional>
 #include <string>
 
-namespace fusepack::test {
+namespace fusepack::verify {
 
 struct FiniteDifferenceOptions {
   double step = 1e-5;
@@ -32,4 +32,4 @@ ErrorReport check_gradient(std::string const& name, std::function<double()> cons
 // Σ a·b over all elements: the scalar loss <dy, y> whose gradient w.r.t. y is dy.
 double dot(ref::Tensor const& a, ref::Tensor const& b);
 
-}  // namespace fusepack::test
+}  // namespace fusepack::verify

@@ -1,8 +1,8 @@
-#include "tests/support/gradcheck.h"
+#include "verify/gradcheck.h"
 
 #include <stdexcept>
 
-namespace fusepack::test {
+namespace fusepack::verify {
 
 ref::Tensor finite_difference_gradient(std::function<double()> const& loss, ref::Tensor& x,
                                        FiniteDifferenceOptions const& options) {
@@ -38,4 +38,4 @@ double dot(ref::Tensor const& a, ref::Tensor const& b) {
   return a.flat().dot(b.flat());
 }
 
-}  // namespace fusepack::test
+}  // namespace fusepack::verify

@@ -7,7 +7,7 @@
 
 #include <string>
 
-namespace fusepack::test {
+namespace fusepack::verify {
 
 enum class Dtype { kF64, kF32, kF16, kBF16 };
 
@@ -21,4 +21,4 @@ void round_to(Dtype dtype, ref::Tensor& t);
 // Distance between adjacent values of `dtype` at `magnitude` (its ulp there); for magnitude 0, at 1.
 double rounding_step(Dtype dtype, double magnitude);
 
-}  // namespace fusepack::test
+}  // namespace fusepack::verify
