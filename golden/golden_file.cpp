@@ -23,7 +23,7 @@ using Json = nlohmann::ordered_json;
 
 char const* const kDtypes[] = {"float64", "float32", "bfloat16", "float16"};
 
-std::string describe(Json const& v) { return packing::describe_json(v); }
+using packing::describe_json;
 
 std::string step_field(std::size_t i, char const* field) {
   return "steps[" + std::to_string(i) + "]" + (field[0] ? std::string(".") + field : std::string());
@@ -55,7 +55,7 @@ void validate_values(GoldenFile const& file, std::string const& name) {
     } catch (Json::parse_error const&) {
       fail(std::string("provenance.") + field, "is not valid JSON: '" + text->substr(0, 40) + "'");
     }
-    if (!v.is_object()) fail(std::string("provenance.") + field, "must be a JSON object; got " + describe(v));
+    if (!v.is_object()) fail(std::string("provenance.") + field, "must be a JSON object; got " + describe_json(v));
   }
   bool known_dtype = false;
   for (char const* d : kDtypes) known_dtype = known_dtype || p.dtype == d;
@@ -118,7 +118,7 @@ class Reader {
 
   // `obj` at `path` must be an object holding exactly `keys`.
   void expect_keys(Json const& obj, std::string const& path, std::vector<char const*> const& keys) const {
-    if (!obj.is_object()) fail(path, "must be a JSON object; got " + describe(obj));
+    if (!obj.is_object()) fail(path, "must be a JSON object; got " + describe_json(obj));
     std::set<std::string> const known(keys.begin(), keys.end());
     for (auto const& item : obj.items()) {
       if (!known.count(item.key())) {
@@ -138,18 +138,18 @@ class Reader {
 
   std::string string(Json const& obj, std::string const& path, char const* key) const {
     Json const& v = obj.at(key);
-    if (!v.is_string()) fail(join(path, key), "must be a string; got " + describe(v));
+    if (!v.is_string()) fail(join(path, key), "must be a string; got " + describe_json(v));
     return v.get<std::string>();
   }
 
   std::string object_text(Json const& obj, std::string const& path, char const* key) const {
     Json const& v = obj.at(key);
-    if (!v.is_object()) fail(join(path, key), "must be a JSON object; got " + describe(v));
+    if (!v.is_object()) fail(join(path, key), "must be a JSON object; got " + describe_json(v));
     return v.dump();
   }
 
   std::int64_t integer(Json const& v, std::string const& field) const {
-    if (!v.is_number_integer()) fail(field, "must be an integer; got " + describe(v));
+    if (!v.is_number_integer()) fail(field, "must be an integer; got " + describe_json(v));
     if (v.is_number_unsigned() && v.get<std::uint64_t>() > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
       fail(field, "is " + v.dump() + ", beyond int64");
     }
@@ -158,7 +158,7 @@ class Reader {
 
   std::uint64_t unsigned_integer(Json const& v, std::string const& field) const {
     if (!v.is_number_integer() || (!v.is_number_unsigned() && v.get<std::int64_t>() < 0)) {
-      fail(field, "must be a non-negative integer; got " + describe(v));
+      fail(field, "must be a non-negative integer; got " + describe_json(v));
     }
     return v.get<std::uint64_t>();
   }
@@ -166,7 +166,7 @@ class Reader {
   double number(Json const& v, std::string const& field) const {
     // JSON has no NaN or infinity: nlohmann writes them as null, so a null here is a non-finite value.
     if (v.is_null()) fail(field, "is null (a NaN or infinity was written); must be a finite number");
-    if (!v.is_number()) fail(field, "must be a number; got " + describe(v));
+    if (!v.is_number()) fail(field, "must be a number; got " + describe_json(v));
     return v.get<double>();
   }
 
@@ -197,7 +197,7 @@ class Reader {
     prov.batching = object_text(p, "provenance", "batching");
 
     Json const& steps = doc.at("steps");
-    if (!steps.is_array()) fail("steps", "must be an array of step records; got " + describe(steps));
+    if (!steps.is_array()) fail("steps", "must be an array of step records; got " + describe_json(steps));
     for (std::size_t i = 0; i < steps.size(); ++i) {
       Json const& s = steps[i];
       std::string const path = step_field(i, "");

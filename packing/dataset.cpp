@@ -17,8 +17,6 @@ namespace {
 
 using nlohmann::json;
 
-std::string describe(json const& v) { return describe_json(v); }
-
 // A line nlohmann cannot parse, said in the user's terms. A line holding only the start of an object ("{", or
 // '{"input_ids": [') is most likely pretty-printed JSON, which spreads one object over many lines.
 std::string parse_error_message(std::string const& text, nlohmann::json::parse_error const& e) {
@@ -50,12 +48,12 @@ class LineReader {
 
   // An array of ids; `allow_ignore` admits kIgnoreIndex (labels).
   std::vector<std::int32_t> ids(json const& v, std::string const& field, bool allow_ignore) const {
-    if (!v.is_array()) fail(field, "must be an array of integers; got " + describe(v));
+    if (!v.is_array()) fail(field, "must be an array of integers; got " + describe_json(v));
     std::vector<std::int32_t> out;
     out.reserve(v.size());
     for (std::size_t i = 0; i < v.size(); ++i) {
       json const& e = v[i];
-      if (!e.is_number_integer()) fail(field, element(i) + " is " + describe(e) + ", not an integer");
+      if (!e.is_number_integer()) fail(field, element(i) + " is " + describe_json(e) + ", not an integer");
       bool const in_vocab = e.is_number_unsigned() ? e.get<std::uint64_t>() < static_cast<std::uint64_t>(vocab_size_)
                                                    : e.get<std::int64_t>() >= 0 && e.get<std::int64_t>() < vocab_size_;
       bool const ignored = allow_ignore && !e.is_number_unsigned() && e.get<std::int64_t>() == kIgnoreIndex;
@@ -99,7 +97,7 @@ class LineReader {
                    " objects (JSON Lines has one object per line, not one JSON array of them)");
     }
     if (!doc.is_object()) {
-      fail("", "a line must hold one JSON object (JSON Lines: one JSON object per line); got " + describe(doc));
+      fail("", "a line must hold one JSON object (JSON Lines: one JSON object per line); got " + describe_json(doc));
     }
     auto const ids_it = doc.find("input_ids");
     if (ids_it == doc.end()) fail("input_ids", "missing (each line needs \"input_ids\": [...])");
