@@ -566,6 +566,61 @@ TEST(StepProfiler, CountsACheckpointedLayersRecomputationOnceAsItsBackward) {
   }
 }
 
+// host_self_time on a hand-built trace: a range's self time is its duration less its direct children's (a CUDA call
+// inside an op is the call's), summed per name over calls and threads; kernels are not host time. Counting whole
+// durations instead (each nested range counted again in its parents) would give aten::linear 55 and the layer 100.
+TEST(StepProfiler, HostSelfTimeLeavesNestedRangesToThemselves) {
+  using train::TraceEvent;
+  std::vector<TraceEvent> events = {
+      trace_range(FUSEPACK_RANGE_PREFIX "layer 0 linear_attention", 1, 0, 100),
+      trace_range("aten::linear", 1, 10, 50),
+      trace_range("aten::mm", 1, 12, 42),
+      trace_range("cudaMalloc", 1, 15, 40),  // a CUDA call inside aten::mm
+      trace_range("aten::linear", 1, 60, 70),
+      trace_range("aten::mm", 1, 60, 70),  // starts with its parent: the longer (equal here) range is the parent
+      trace_range("aten::linear", 2, 0, 5),  // another thread
+  };
+  TraceEvent kernel;
+  kernel.name = "kernel";
+  kernel.kernel = true;
+  kernel.start_ns = 0;
+  kernel.end_ns = 1000;
+  events.push_back(kernel);
+  std::vector<train::HostTime> const h = train::host_self_time(events, 10);
+  std::map<std::string, train::HostTime> by_name;
+  for (train::HostTime const& t : h) by_name[t.name] = t;
+  ASSERT_EQ(by_name.size(), 4u);
+  auto expect = [&](std::string const& name, double self_ns, std::int64_t calls) {
+    ASSERT_EQ(by_name.count(name), 1u) << name;
+    EXPECT_NEAR(by_name[name].self_seconds, self_ns * 1e-9, 1e-15) << name;
+    EXPECT_EQ(by_name[name].calls, calls) << name;
+  };
+  expect(FUSEPACK_RANGE_PREFIX "layer 0 linear_attention", 100 - 40 - 10, 1);
+  expect("aten::linear", (40 - 30) + (10 - 10) + 5, 3);
+  expect("aten::mm", (30 - 25) + 10, 2);
+  expect("cudaMalloc", 25, 1);
+  EXPECT_EQ(h.front().name, FUSEPACK_RANGE_PREFIX "layer 0 linear_attention");  // the most self time first (50 ns)
+  EXPECT_EQ(train::host_self_time(events, 2).size(), 2u);
+}
+
+// A real profile on the CPU lists where the step's host time went.
+TEST(StepProfiler, ReportsTheHostTimeOfTheStepByName) {
+  at::Tensor const x = at::randn({64, 256}, at::kDouble), w = at::zeros({256}, at::kDouble);
+  train::StepProfiler profiler(0, "composite", /*cuda=*/false, 0);
+  for (int i = 0; i < 4; ++i) ops::rmsnorm(x, w, 1e-6, ops::Backend::kComposite);
+  train::StepProfile const p = profiler.stop();
+  ASSERT_FALSE(p.host_self.empty());
+  double total = 0;
+  for (train::HostTime const& h : p.host_self) {
+    EXPECT_GT(h.calls, 0) << h.name;
+    EXPECT_GE(h.self_seconds, 0) << h.name;
+    total += h.self_seconds;
+  }
+  EXPECT_GT(total, 0);
+  EXPECT_LE(total, p.wall_seconds * 1.01) << "self times of one thread cannot add up to more than the step";
+  EXPECT_NE(train::profile_text(p).find("host time by name, self"), std::string::npos) << train::profile_text(p);
+}
+
 // The profile's guard against an op running another implementation than the run asked for: a profiler told the run
 // is fused sees a composite rmsnorm call (the planted mismatch) and counts it; the fused one it does not.
 TEST(StepProfiler, CountsOpCallsThatDidNotRunTheRequestedBackend) {

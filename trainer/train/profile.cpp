@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
 #include <map>
 #include <set>
 #include <stdexcept>
@@ -280,7 +281,7 @@ StepProfile StepProfiler::stop() {
   std::map<std::string, std::int64_t> cpu, gpu, ours, implementations;
   std::map<std::string, double> gpu_seconds;
   std::vector<std::pair<std::int64_t, std::int64_t>> comm, compute;  // kernel intervals [start, end) in ns
-  std::vector<TraceEvent> trace;
+  std::vector<TraceEvent> trace, api;
   std::string const scope_prefix = FUSEPACK_OP_SCOPE_PREFIX, implementation_suffix = " [" + backend_ + "]";
   for (prof::KinetoEvent const& e : result->events()) {
     std::string const name = e.name();
@@ -289,6 +290,12 @@ StepProfile StepProfiler::stop() {
       if (e.isAsync() || e.isHiddenEvent()) continue;
       if (type == libkineto::ActivityType::CUDA_RUNTIME || type == libkineto::ActivityType::CUDA_DRIVER) {
         ++p.cuda_api_calls;  // cudaLaunchKernel and the like: the host's cost of a launch, not an op
+        TraceEvent t;        // host time only (not a scope of attribute_time)
+        t.name = name;
+        t.thread = e.startThreadId();
+        t.start_ns = e.startNs();
+        t.end_ns = e.endNs();
+        api.push_back(std::move(t));
         continue;
       }
       TraceEvent t;
@@ -346,7 +353,51 @@ StepProfile StepProfiler::stop() {
   p.fusepack_kernels = most_frequent(ours, ours.size());
   p.op_implementations = most_frequent(implementations, implementations.size());
   p.time = attribute_time(trace);
+  trace.insert(trace.end(), std::make_move_iterator(api.begin()), std::make_move_iterator(api.end()));
+  p.host_self = host_self_time(trace, 12);
   return p;
+}
+
+std::vector<HostTime> host_self_time(std::vector<TraceEvent> const& events, std::size_t most) {
+  std::map<std::uint64_t, std::vector<TraceEvent const*>> by_thread;
+  for (TraceEvent const& e : events) {
+    if (!e.kernel) by_thread[e.thread].push_back(&e);
+  }
+  std::map<std::string, HostTime> by_name;
+  for (auto& [thread, ranges] : by_thread) {
+    // Parents before their children: by start, the longer first when two start together.
+    std::stable_sort(ranges.begin(), ranges.end(), [](TraceEvent const* a, TraceEvent const* b) {
+      return a->start_ns != b->start_ns ? a->start_ns < b->start_ns : a->end_ns > b->end_ns;
+    });
+    struct Open {
+      TraceEvent const* range;
+      std::uint64_t children_ns;
+    };
+    std::vector<Open> open;
+    auto close = [&](Open const& o) {
+      HostTime& h = by_name[o.range->name];
+      h.name = o.range->name;
+      std::uint64_t const duration = o.range->end_ns - o.range->start_ns;
+      h.self_seconds += static_cast<double>(duration - std::min(duration, o.children_ns)) * 1e-9;
+      ++h.calls;
+    };
+    for (TraceEvent const* r : ranges) {
+      while (!open.empty() && open.back().range->end_ns <= r->start_ns) {
+        close(open.back());
+        open.pop_back();
+      }
+      if (!open.empty()) open.back().children_ns += std::min(r->end_ns, open.back().range->end_ns) - r->start_ns;
+      open.push_back({r, 0});
+    }
+    for (auto it = open.rbegin(); it != open.rend(); ++it) close(*it);
+  }
+  std::vector<HostTime> out;
+  for (auto& [name, h] : by_name) out.push_back(std::move(h));
+  std::stable_sort(out.begin(), out.end(), [](HostTime const& a, HostTime const& b) {
+    return a.self_seconds > b.self_seconds;
+  });
+  if (out.size() > most) out.resize(most);
+  return out;
 }
 
 std::string time_attribution_text(TimeAttribution const& t, double gpu_kernel_seconds) {
@@ -438,6 +489,14 @@ std::string profile_text(StepProfile const& p) {
     for (auto const& k : p.slowest_gpu_kernels) {
       std::snprintf(buf, sizeof buf, "    %9.3f  %6s  %s\n", k.seconds * 1e3, grouped(k.launches).c_str(),
                     shortened(k.name, 96).c_str());
+      out += buf;
+    }
+  }
+  if (!p.host_self.empty()) {
+    out += "  host time by name, self (ms, calls; nested ops and CUDA calls are their own rows):\n";
+    for (HostTime const& h : p.host_self) {
+      std::snprintf(buf, sizeof buf, "    %9.3f  %6s  %s\n", h.self_seconds * 1e3, grouped(h.calls).c_str(),
+                    shortened(h.name, 96).c_str());
       out += buf;
     }
   }
