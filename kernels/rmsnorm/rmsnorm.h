@@ -32,7 +32,7 @@ struct RmsNormFwdParams {
 struct RmsNormBwdParams : RmsNormFwdParams {
   void const* dy = nullptr;          // [rows, dim]
   void* dx = nullptr;                // [rows, dim]
-  void* dz = nullptr;                // [rows, dim], gated form only
+  void* dz = nullptr;                // [rows, dim], gated form only (required with z: run_rmsnorm_bwd throws without)
   void* dweight = nullptr;           // [dim]
   float* dweight_partial = nullptr;  // [num_partials, dim] fp32 workspace, one row of sums per block
   std::int64_t num_partials = 0;     // = rmsnorm_bwd_num_partials(*this)

@@ -201,6 +201,9 @@ std::int64_t rmsnorm_bwd_num_partials(RmsNormBwdParams const& p) { return rmsnor
 // Checks the dweight workspace against the launch, runs the rows kernel and the fixed-order dweight reduction.
 void run_rmsnorm_bwd(RmsNormBwdParams const& p, cudaStream_t stream) {
   if (p.dim == 0) return;
+  if (p.z != nullptr && p.dz == nullptr) {
+    throw std::invalid_argument("gated_rmsnorm_bwd: the gated form (z given) writes dz, but dz is null");
+  }
   NormBwdLaunch const b = rmsnorm_bwd_launch(p);
   if (p.num_partials != b.blocks || p.dweight_partial == nullptr) {
     throw std::invalid_argument(std::string(bwd_op(p)) + ": the dweight workspace must have "

@@ -5,6 +5,9 @@
 // the composites on the CPU against the references in fp64; the row layout; determinism; bad input.
 #include "kernels/ops/rmsnorm.h"
 #include "kernels/rmsnorm/norm_layout.h"
+#ifdef FUSEPACK_TEST_CUDA_KERNELS
+#include "kernels/rmsnorm/rmsnorm.h"
+#endif
 #include "reference/gated_rmsnorm.h"
 #include "reference/rmsnorm.h"
 
@@ -351,6 +354,24 @@ void expect_fused_refuses_cpu_tensors(Form form, F&& fused_call) {
         << msg;
   }
 }
+
+#ifdef FUSEPACK_TEST_CUDA_KERNELS
+// The kernel's own contract, below the ops layer: z selects the gated form, which writes dz, so a gated backward
+// without dz is refused before anything is launched (it would otherwise write through a null pointer). Runs on any
+// machine: the check comes before the first CUDA call.
+TEST(RmsNormKernel, GatedBackwardWithoutDzIsRefused) {
+  float buffer[4] = {};
+  RmsNormBwdParams p;
+  p.x = p.z = p.weight = p.dy = buffer;
+  p.dx = p.dweight = buffer;
+  p.rstd = buffer;
+  p.rows = 1;
+  p.dim = 4;
+  p.dtype = DType::kF32;
+  FUSEPACK_EXPECT_INVALID_ARGUMENT(run_rmsnorm_bwd(p, nullptr),
+                                   "gated_rmsnorm_bwd: the gated form (z given) writes dz");
+}
+#endif
 
 TEST(RmsNormOps, RejectsBadInput) {
   at::Tensor const x = at::ones({2, 4}), w = at::zeros({4});

@@ -586,14 +586,14 @@ TEST(StepProfiler, HostSelfTimeLeavesNestedRangesToThemselves) {
   kernel.start_ns = 0;
   kernel.end_ns = 1000;
   events.push_back(kernel);
-  std::vector<train::HostTime> const h = train::host_self_time(events, 10);
-  std::map<std::string, train::HostTime> by_name;
-  for (train::HostTime const& t : h) by_name[t.name] = t;
+  std::vector<train::NamedTime> const h = train::host_self_time(events, 10);
+  std::map<std::string, train::NamedTime> by_name;
+  for (train::NamedTime const& t : h) by_name[t.name] = t;
   ASSERT_EQ(by_name.size(), 4u);
   auto expect = [&](std::string const& name, double self_ns, std::int64_t calls) {
     ASSERT_EQ(by_name.count(name), 1u) << name;
-    EXPECT_NEAR(by_name[name].self_seconds, self_ns * 1e-9, 1e-15) << name;
-    EXPECT_EQ(by_name[name].calls, calls) << name;
+    EXPECT_NEAR(by_name[name].seconds, self_ns * 1e-9, 1e-15) << name;
+    EXPECT_EQ(by_name[name].count, calls) << name;
   };
   expect(FUSEPACK_RANGE_PREFIX "layer 0 linear_attention", 100 - 40 - 10, 1);
   expect("aten::linear", (40 - 30) + (10 - 10) + 5, 3);
@@ -611,10 +611,10 @@ TEST(StepProfiler, ReportsTheHostTimeOfTheStepByName) {
   train::StepProfile const p = profiler.stop();
   ASSERT_FALSE(p.host_self.empty());
   double total = 0;
-  for (train::HostTime const& h : p.host_self) {
-    EXPECT_GT(h.calls, 0) << h.name;
-    EXPECT_GE(h.self_seconds, 0) << h.name;
-    total += h.self_seconds;
+  for (train::NamedTime const& h : p.host_self) {
+    EXPECT_GT(h.count, 0) << h.name;
+    EXPECT_GE(h.seconds, 0) << h.name;
+    total += h.seconds;
   }
   EXPECT_GT(total, 0);
   EXPECT_LE(total, p.wall_seconds * 1.01) << "self times of one thread cannot add up to more than the step";

@@ -42,6 +42,16 @@ NameCounts most_frequent(std::map<std::string, std::int64_t> const& counts, std:
   return out;
 }
 
+// The `limit` names with the most time, most first; equal times keep the map's (name) order.
+std::vector<NamedTime> most_time(std::map<std::string, NamedTime> by_name, std::size_t limit) {
+  std::vector<NamedTime> out;
+  for (auto& [name, t] : by_name) out.push_back(std::move(t));
+  std::stable_sort(out.begin(), out.end(),
+                   [](NamedTime const& a, NamedTime const& b) { return a.seconds > b.seconds; });
+  if (out.size() > limit) out.resize(limit);
+  return out;
+}
+
 bool is_memory_activity(std::string const& name) {
   return name.rfind("Memcpy", 0) == 0 || name.rfind("Memset", 0) == 0 || name.rfind("cudaMemcpy", 0) == 0 ||
          name.rfind("cudaMemset", 0) == 0;
@@ -279,7 +289,7 @@ StepProfile StepProfiler::stop() {
     p.peak_bytes_before = peak_bytes_before_;
   }
   std::map<std::string, std::int64_t> cpu, gpu, ours, implementations;
-  std::map<std::string, double> gpu_seconds;
+  std::map<std::string, NamedTime> gpu_time;
   std::vector<std::pair<std::int64_t, std::int64_t>> comm, compute;  // kernel intervals [start, end) in ns
   std::vector<TraceEvent> trace, api;
   std::string const scope_prefix = FUSEPACK_OP_SCOPE_PREFIX, implementation_suffix = " [" + backend_ + "]";
@@ -328,7 +338,10 @@ StepProfile StepProfiler::stop() {
       ++p.gpu_kernels;
       ++gpu[name];
       p.gpu_kernel_seconds += static_cast<double>(e.durationNs()) * 1e-9;
-      gpu_seconds[name] += static_cast<double>(e.durationNs()) * 1e-9;
+      NamedTime& k = gpu_time[name];
+      k.name = name;
+      k.seconds += static_cast<double>(e.durationNs()) * 1e-9;
+      ++k.count;
       std::pair<std::int64_t, std::int64_t> const span{static_cast<std::int64_t>(e.startNs()),
                                                        static_cast<std::int64_t>(e.startNs() + e.durationNs())};
       (name.rfind("nccl", 0) == 0 ? comm : compute).push_back(span);
@@ -346,10 +359,7 @@ StepProfile StepProfiler::stop() {
   std::tie(p.comm_kernel_seconds, p.comm_overlapped_seconds) = overlap(comm, std::move(compute));
   p.top_cpu_ops = most_frequent(cpu, 10);
   p.top_gpu_kernels = most_frequent(gpu, 10);
-  for (auto const& [name, seconds] : gpu_seconds) p.slowest_gpu_kernels.push_back({name, seconds, gpu[name]});
-  std::stable_sort(p.slowest_gpu_kernels.begin(), p.slowest_gpu_kernels.end(),
-                   [](auto const& a, auto const& b) { return a.seconds > b.seconds; });
-  if (p.slowest_gpu_kernels.size() > 10) p.slowest_gpu_kernels.resize(10);
+  p.slowest_gpu_kernels = most_time(std::move(gpu_time), 10);
   p.fusepack_kernels = most_frequent(ours, ours.size());
   p.op_implementations = most_frequent(implementations, implementations.size());
   p.time = attribute_time(trace);
@@ -358,12 +368,12 @@ StepProfile StepProfiler::stop() {
   return p;
 }
 
-std::vector<HostTime> host_self_time(std::vector<TraceEvent> const& events, std::size_t most) {
+std::vector<NamedTime> host_self_time(std::vector<TraceEvent> const& events, std::size_t most) {
   std::map<std::uint64_t, std::vector<TraceEvent const*>> by_thread;
   for (TraceEvent const& e : events) {
     if (!e.kernel) by_thread[e.thread].push_back(&e);
   }
-  std::map<std::string, HostTime> by_name;
+  std::map<std::string, NamedTime> by_name;
   for (auto& [thread, ranges] : by_thread) {
     // Parents before their children: by start, the longer first when two start together.
     std::stable_sort(ranges.begin(), ranges.end(), [](TraceEvent const* a, TraceEvent const* b) {
@@ -375,11 +385,11 @@ std::vector<HostTime> host_self_time(std::vector<TraceEvent> const& events, std:
     };
     std::vector<Open> open;
     auto close = [&](Open const& o) {
-      HostTime& h = by_name[o.range->name];
+      NamedTime& h = by_name[o.range->name];
       h.name = o.range->name;
       std::uint64_t const duration = o.range->end_ns - o.range->start_ns;
-      h.self_seconds += static_cast<double>(duration - std::min(duration, o.children_ns)) * 1e-9;
-      ++h.calls;
+      h.seconds += static_cast<double>(duration - std::min(duration, o.children_ns)) * 1e-9;
+      ++h.count;
     };
     for (TraceEvent const* r : ranges) {
       while (!open.empty() && open.back().range->end_ns <= r->start_ns) {
@@ -391,13 +401,7 @@ std::vector<HostTime> host_self_time(std::vector<TraceEvent> const& events, std:
     }
     for (auto it = open.rbegin(); it != open.rend(); ++it) close(*it);
   }
-  std::vector<HostTime> out;
-  for (auto& [name, h] : by_name) out.push_back(std::move(h));
-  std::stable_sort(out.begin(), out.end(), [](HostTime const& a, HostTime const& b) {
-    return a.self_seconds > b.self_seconds;
-  });
-  if (out.size() > most) out.resize(most);
-  return out;
+  return most_time(std::move(by_name), most);
 }
 
 std::string time_attribution_text(TimeAttribution const& t, double gpu_kernel_seconds) {
@@ -484,22 +488,17 @@ std::string profile_text(StepProfile const& p) {
   };
   list("most frequent CPU ops:", p.top_cpu_ops);
   list("most frequent GPU kernels:", p.top_gpu_kernels);
-  if (!p.slowest_gpu_kernels.empty()) {
-    out += "  GPU kernels with the most time (ms, launches):\n";
-    for (auto const& k : p.slowest_gpu_kernels) {
-      std::snprintf(buf, sizeof buf, "    %9.3f  %6s  %s\n", k.seconds * 1e3, grouped(k.launches).c_str(),
-                    shortened(k.name, 96).c_str());
+  auto timed = [&](char const* title, std::vector<NamedTime> const& items) {
+    if (items.empty()) return;
+    out += std::string("  ") + title + "\n";
+    for (NamedTime const& t : items) {
+      std::snprintf(buf, sizeof buf, "    %9.3f  %6s  %s\n", t.seconds * 1e3, grouped(t.count).c_str(),
+                    shortened(t.name, 96).c_str());
       out += buf;
     }
-  }
-  if (!p.host_self.empty()) {
-    out += "  host time by name, self (ms, calls; nested ops and CUDA calls are their own rows):\n";
-    for (HostTime const& h : p.host_self) {
-      std::snprintf(buf, sizeof buf, "    %9.3f  %6s  %s\n", h.self_seconds * 1e3, grouped(h.calls).c_str(),
-                    shortened(h.name, 96).c_str());
-      out += buf;
-    }
-  }
+  };
+  timed("GPU kernels with the most time (ms, launches):", p.slowest_gpu_kernels);
+  timed("host time by name, self (ms, calls; nested ops and CUDA calls are their own rows):", p.host_self);
   list("fusepack's own kernels:", p.fusepack_kernels);
   list("fusepack ops by the implementation that ran (forward calls):", p.op_implementations);
   std::int64_t calls = 0;

@@ -54,18 +54,19 @@ struct TimeAttribution {
 // number autograd gives the node when the forward op creates it.
 TimeAttribution attribute_time(std::vector<TraceEvent> const& events);
 
-// Host time of one name (an ATen op, autograd node, fusepack range or CUDA API call) summed over its calls, self only:
-// what its nested calls on the same thread took is theirs (a cudaMalloc inside an op is the cudaMalloc's).
-struct HostTime {
+// Time of one name (a GPU kernel; an ATen op, autograd node, fusepack range or CUDA API call) summed over its
+// launches or calls.
+struct NamedTime {
   std::string name;
-  double self_seconds = 0;
-  std::int64_t calls = 0;
+  double seconds = 0;
+  std::int64_t count = 0;  // launches or calls
 };
 
-// The `most` names with the most self time, most first (ties by name), from the CPU ranges of `events` (kernels are
-// ignored). Ranges on one thread nest (a range that starts inside another ends inside it: the profiler's ranges are
-// scopes); a range's self time is its duration less its direct children's.
-std::vector<HostTime> host_self_time(std::vector<TraceEvent> const& events, std::size_t most);
+// The `most` names with the most host self time, most first (ties by name), from the CPU ranges of `events` (kernels
+// are ignored). Self only: what its nested calls on the same thread took is theirs (a cudaMalloc inside an op is the
+// cudaMalloc's). Ranges on one thread nest (a range that starts inside another ends inside it: the profiler's ranges
+// are scopes); a range's self time is its duration less its direct children's.
+std::vector<NamedTime> host_self_time(std::vector<TraceEvent> const& events, std::size_t most);
 
 struct StepProfile {
   std::int64_t step = 0;
@@ -84,19 +85,15 @@ struct StepProfile {
   double comm_overlapped_seconds = 0;
   NameCounts top_cpu_ops;           // up to 10
   NameCounts top_gpu_kernels;       // up to 10
-  struct KernelTime {
-    std::string name;
-    double seconds = 0;
-    std::int64_t launches = 0;
-  };
-  std::vector<KernelTime> slowest_gpu_kernels;  // up to 10, by summed duration
+  std::vector<NamedTime> slowest_gpu_kernels;  // up to 10, by summed duration; count = launches
   NameCounts fusepack_kernels;      // GPU kernels of fusepack's own (kernels/ names), every one
   // Every fusepack op call of the step by the implementation that ran it, as the op recorded it
   // (kernels/ops/op_scope.h): "rmsnorm [fused]" -> 17. Observed, not assumed from the requested backend.
   NameCounts op_implementations;
   std::int64_t ops_not_on_backend = 0;  // op calls whose implementation is not `backend` (0 unless a bug)
   TimeAttribution time;                  // GPU time by scope, host and GPU time per decoder layer
-  std::vector<HostTime> host_self;       // up to 12: where the step's host time went (what a slow first step pays)
+  // Up to 12, count = calls: where the step's host time went (what a slow first step pays).
+  std::vector<NamedTime> host_self;
   // CUDA: the caching allocator's bytes allocated when the step began, and the most allocated during it; the peak of
   // the run before the step (the step's measurement resets the allocator's peak: the run's peak is the larger one).
   std::int64_t start_bytes = -1, peak_bytes = -1, peak_bytes_before = -1;
