@@ -28,7 +28,8 @@ mkdir -p "$out"
 seqlens=0,1,17,64,65,130
 
 # op, dtype, extra gradcheck arguments: every fused kernel family, Gated DeltaNet in each dtype (its kernels differ by
-# dtype), attention with grouped query heads and its gate, conv1d with and without its fused SiLU.
+# dtype) and under each schedule (different kernels for the state chains and the output), attention with grouped query
+# heads and its gate, conv1d with and without its fused SiLU.
 cases=(
   "swiglu bf16"
   "rmsnorm bf16"
@@ -37,9 +38,12 @@ cases=(
   "conv1d bf16"
   "conv1d fp32 --no-silu"
   "attention bf16 --heads 4 --kv-heads 2"
-  "gated_delta bf16 --heads 2,4"
-  "gated_delta fp16 --heads 2,4"
-  "gated_delta fp32 --heads 2,4"
+  "gated_delta bf16 --heads 2,4 --schedule full"
+  "gated_delta fp16 --heads 2,4 --schedule full"
+  "gated_delta fp32 --heads 2,4 --schedule full"
+  "gated_delta bf16 --heads 2,4 --schedule lean"
+  "gated_delta fp16 --heads 2,4 --schedule lean"
+  "gated_delta fp32 --heads 2,4 --schedule lean"
 )
 failed=0
 # CASE TOOL LOG COMMAND...: runs COMMAND under TOOL, prints one line, sets failed=1 on any report or failure.

@@ -58,6 +58,7 @@ struct Options {
   std::vector<int> heads{4};  // gated_delta: Hk,Hv (one value: Hk = Hv)
   int kv_heads = 2, dim = 128, width = 4, rotary_dim = -1;
   bool silu = true, gate = true, l2norm = true, state = true, fused_only = false;
+  std::string schedule = "by-shape";  // gated_delta: by-shape | full | lean (gated_delta_schedule.h)
   double eps = 1e-6, theta = 1e7;
   std::uint64_t seed = 20261129;
 };
@@ -102,6 +103,7 @@ std::vector<OptionScope> const kOptionScopes = {
     {"--no-gate", {"attention"}},
     {"--no-l2norm", {"gated_delta"}},
     {"--no-state", {"gated_delta"}},
+    {"--schedule", {"gated_delta"}},
 };
 
 // Sizes whose tensors cannot be held: refused before anything is allocated (std::bad_alloc reached the user).
@@ -268,6 +270,9 @@ OpSpec make_spec(Options const& o, std::mt19937_64& rng, at::Device device) {
     }
     double const scale = 1.0 / std::sqrt(static_cast<double>(D));
     bool const l2 = o.l2norm, state = o.state;
+    GatedDeltaSchedule const schedule = o.schedule == "full"   ? GatedDeltaSchedule::kFullChain
+                                        : o.schedule == "lean" ? GatedDeltaSchedule::kLeanChain
+                                                               : GatedDeltaSchedule::kByShape;
     // As the model feeds it: β in (0, 1), g in [−0.05, 0] (the state carried across a 64-token chunk stays ~0.2);
     // without the l2 norm q and k of unit expected norm.
     double const qk_std = l2 ? 1.0 : 1.0 / std::sqrt(static_cast<double>(D));
@@ -283,7 +288,8 @@ OpSpec make_spec(Options const& o, std::mt19937_64& rng, at::Device device) {
     }
     s.run = [=](auto const& in, ops::Backend b) {
       auto r = ops::gated_delta(in[0], in[1], in[2], in[3], in[4], cu_t, scale, l2, b,
-                                state ? in[5] : at::Tensor(), state);
+                                state ? in[5] : at::Tensor(), state,
+                                b == ops::Backend::kFused ? schedule : GatedDeltaSchedule::kByShape);
       return state ? Outs{r.o, r.final_state} : Outs{r.o};
     };
     s.ref_fwd = [=](auto const& in) {
@@ -484,6 +490,11 @@ int main(int argc, char** argv) {
   app.add_flag("!--no-gate", o.gate, "attention without the output gate");
   app.add_flag("!--no-l2norm", o.l2norm, "gated_delta without the q/k l2 norm");
   app.add_flag("!--no-state", o.state, "gated_delta without initial and final state");
+  app.add_option("--schedule", o.schedule,
+                 "gated_delta's fused schedule: by-shape (the launchers pick) | full | lean (the chain kernels do only "
+                 "the state work, for few long examples)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"by-shape", "full", "lean"}));
   // A seed is unsigned; CLI11 reads "-1" as 2^64 - 1, so a sign is refused before it converts.
   app.add_option("--seed", o.seed, "input seed")
       ->capture_default_str()

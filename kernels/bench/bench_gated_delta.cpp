@@ -3,10 +3,12 @@
 
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
+#include <nvtx3/nvToolsExt.h>
 #include <torch/csrc/autograd/autograd.h>
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -14,39 +16,62 @@ namespace fusepack::bench {
 
 namespace {
 
-constexpr int64_t kT = 8192, kD = 128, kChunk = 64;  // K = V = kD
+constexpr int64_t kD = 128, kChunk = 64;  // K = V = kD
 
 struct GatedDeltaShape {
-  int64_t Hk, Hv, examples;  // examples of kT / examples tokens each
+  int64_t Hk, Hv, examples, T;  // T tokens in all, as `examples` examples of T / examples tokens each
 };
+
+// The two forced forward schedules, each timed on every shape next to the launcher's pick.
+constexpr GatedDeltaSchedule kForcedSchedules[] = {GatedDeltaSchedule::kFullChain,
+                                                   GatedDeltaSchedule::kLeanChain};
 
 // FLOPs of the chunked algorithm's matrix products, per chunk of C tokens and value head (K = V = d):
 //   k̂k̂ᵀ, q̂k̂ᵀ: 2·2C²d;  (I + A)⁻¹ by substitution: 2C³/3;  w = A⁻¹(βe^G k̂), u = A⁻¹(βv): 2·2C²d;
 //   v_new = u − w·h, q̂e^G·h, h += (k̂e^(G_C−G))ᵀ·v_new: 3·2Cd²;  (M ⊙ q̂k̂ᵀe^ΔG)·v_new: 2C²d.
-// = 6Cd² + 10C²d + 2C³/3 (≈ 11.7 MFLOP at C = 64, d = 128; 48 GFLOP at 8192 tokens × 32 heads). The backward is
-// counted as twice the forward, the usual convention for matrix-bound layers, so fwd+bwd = 3 × fwd.
+// = 6Cd² + 10C²d + 2C³/3 (≈ 11.7 MFLOP at C = 64, d = 128; 48 GFLOP at 8192 tokens × 32 heads, linear in the
+// tokens: 192 GFLOP at 32768, 384 at 65536). The backward is counted as twice the forward, the usual convention for
+// matrix-bound layers, so fwd+bwd = 3 × fwd.
 double forward_flops(int64_t chunks, int64_t Hv) {
   double const C = kChunk, d = kD;
   return static_cast<double>(chunks * Hv) * (6 * C * d * d + 10 * C * C * d + 2 * C * C * C / 3);
 }
 
+std::string shape_name(GatedDeltaShape const& s) {  // "8x1024 Hk=16 Hv=32 K=V=128"
+  return std::to_string(s.examples) + "x" + std::to_string(s.T / s.examples) + " Hk=" + std::to_string(s.Hk) +
+         " Hv=" + std::to_string(s.Hv) + " K=V=128";
+}
+
 void bench_shape(Report& report, GatedDeltaShape const s) {
   auto const opts = at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA);
-  at::Tensor q = at::randn({kT, s.Hk, kD}, opts).requires_grad_(), k = at::randn({kT, s.Hk, kD}, opts).requires_grad_(),
-             v = at::randn({kT, s.Hv, kD}, opts).requires_grad_();
+  int64_t const T = s.T;
+  at::Tensor q = at::randn({T, s.Hk, kD}, opts).requires_grad_(), k = at::randn({T, s.Hk, kD}, opts).requires_grad_(),
+             v = at::randn({T, s.Hv, kD}, opts).requires_grad_();
   // As the model feeds it: g = −exp(A_log)·softplus(·) <= 0 in fp32, β = sigmoid(b) in (0, 1).
-  at::Tensor g = (-0.1 * at::rand({kT, s.Hv}, opts.dtype(at::kFloat))).detach().requires_grad_();
-  at::Tensor beta = at::sigmoid(at::randn({kT, s.Hv}, opts)).detach().requires_grad_();
-  at::Tensor const dout = at::randn({kT, s.Hv, kD}, opts);
-  int64_t const len = kT / s.examples;
-  at::Tensor const cu = at::arange(0, kT + 1, len, opts.dtype(at::kInt));
+  at::Tensor g = (-0.1 * at::rand({T, s.Hv}, opts.dtype(at::kFloat))).detach().requires_grad_();
+  at::Tensor beta = at::sigmoid(at::randn({T, s.Hv}, opts)).detach().requires_grad_();
+  at::Tensor const dout = at::randn({T, s.Hv, kD}, opts);
+  int64_t const len = T / s.examples;
+  at::Tensor const cu = at::arange(0, T + 1, len, opts.dtype(at::kInt));
   double const scale = 1.0 / std::sqrt(static_cast<double>(kD));
-  auto fwd = [&](ops::Backend b) { return ops::gated_delta(q, k, v, g, beta, cu, scale, true, b).o; };
-  auto fwd_bwd = [&](ops::Backend b) { return torch::autograd::grad({fwd(b)}, {q, k, v, g, beta}, {dout}); };
+  // The fused backend under `schedule`; the composite takes only the default.
+  auto fwd = [&](ops::Backend b, GatedDeltaSchedule schedule = GatedDeltaSchedule::kByShape) {
+    return ops::gated_delta(q, k, v, g, beta, cu, scale, true, b, {}, false, schedule).o;
+  };
+  auto fwd_bwd = [&](ops::Backend b, GatedDeltaSchedule schedule = GatedDeltaSchedule::kByShape) {
+    return torch::autograd::grad({fwd(b, schedule)}, {q, k, v, g, beta}, {dout});
+  };
 
   // bf16 fused vs the composite computing in fp32: both round o (and dq, dk, dv, dβ) once to bf16, so they agree to a
-  // few 1e-3 in relative RMS; a wrong kernel errs by O(1).
-  expect_close("gated_delta", "o", fwd(ops::Backend::kFused), fwd(ops::Backend::kComposite), 1e-2);
+  // few 1e-3 in relative RMS; a wrong kernel errs by O(1). Each forced schedule is checked too before it is timed.
+  {
+    at::Tensor const o_composite = fwd(ops::Backend::kComposite);
+    expect_close("gated_delta", "o", fwd(ops::Backend::kFused), o_composite, 1e-2);
+    for (GatedDeltaSchedule const schedule : kForcedSchedules) {
+      expect_close("gated_delta", std::string("o (") + gated_delta_schedule_name(schedule) + ")",
+                   fwd(ops::Backend::kFused, schedule), o_composite, 1e-2);
+    }
+  }
   {
     auto const gf = fwd_bwd(ops::Backend::kFused), gc = fwd_bwd(ops::Backend::kComposite);
     char const* names[] = {"dq", "dk", "dv", "dg", "dbeta"};
@@ -56,12 +81,12 @@ void bench_shape(Report& report, GatedDeltaShape const s) {
   // Fewest bytes: the forward reads q, k, v, g, β and writes o; the backward reads them again with dout and writes
   // dq, dk, dv, dg, dβ. The fused forward's saved tensors for the backward (per-chunk states h and v_new in fp32,
   // Ainv as bf16 parts) and the backward's workspace are not counted.
-  double const in_bytes = kT * (2.0 * s.Hk * kD * 2 + s.Hv * kD * 2 + s.Hv * 4 + s.Hv * 2);
-  double const o_bytes = kT * s.Hv * kD * 2.0;
-  std::string const shape = std::to_string(s.examples) + "x" + std::to_string(len) + " Hk=" + std::to_string(s.Hk) +
-                            " Hv=" + std::to_string(s.Hv) + " K=V=128";
-  // The composite walks 128 chunks one by one at 1x8192 (a few ATen ops each): fewer repetitions for it.
-  int const composite_reps = s.examples == 1 ? 5 : 10;
+  double const in_bytes = T * (2.0 * s.Hk * kD * 2 + s.Hv * kD * 2 + s.Hv * 4 + s.Hv * 2);
+  double const o_bytes = T * s.Hv * kD * 2.0;
+  std::string const shape = shape_name(s);
+  // The composite walks an example's chunks one by one (a few ATen ops each): 128 at 1x8192, 1024 at 1x65536, so
+  // fewer repetitions for it on one example and fewest on the long ones.
+  int const composite_reps = T >= 32768 ? 2 : s.examples == 1 ? 5 : 10;
   double fwd_fused = 0, fwd_bwd_fused = 0;
   {
     c10::InferenceMode inference;
@@ -75,15 +100,44 @@ void bench_shape(Report& report, GatedDeltaShape const s) {
   double const flops = forward_flops(s.examples * ((len + kChunk - 1) / kChunk), s.Hv);
   std::printf("gated_delta %s: %.1f GFLOP fwd; fused fwd %.0f TFLOP/s, fwd+bwd %.0f TFLOP/s\n", shape.c_str(),
               flops / 1e9, flops / (fwd_fused * 1e-3) / 1e12, 3 * flops / (fwd_bwd_fused * 1e-3) / 1e12);
+
+  // The fused kernels under each forced schedule (the report's fused times are the launcher's pick by shape), to show
+  // where the by-shape threshold sits against the crossover of the two. Each inside an NVTX range named
+  // "<shape> <schedule>" (for example "1x8192 Hk=16 Hv=32 K=V=128 lean chain"), so that a profiler can pick out one
+  // shape's kernels: ncu --nvtx --nvtx-include "1x8192 Hk=16 Hv=32 K=V=128 lean chain/" -k regex:gated_delta.
+  std::string line = "gated_delta " + shape + " schedules:";
+  char const* sep = " ";
+  for (GatedDeltaSchedule const schedule : kForcedSchedules) {
+    nvtxRangePushA((shape + " " + gated_delta_schedule_name(schedule)).c_str());
+    double forced_fwd = 0;
+    {
+      c10::InferenceMode inference;
+      forced_fwd = time_cuda([&] { fwd(ops::Backend::kFused, schedule); }).ms;
+    }
+    double const forced_fwd_bwd = time_cuda([&] { fwd_bwd(ops::Backend::kFused, schedule); }).ms;
+    nvtxRangePop();
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "%s%s fwd %.3f / fwd+bwd %.3f ms", sep, gated_delta_schedule_name(schedule),
+                  forced_fwd, forced_fwd_bwd);
+    line += buf;
+    sep = "; ";
+  }
+  std::printf("%s\n", line.c_str());
 }
 
 }  // namespace
 
-// Qwen3.5 Gated DeltaNet at 8192 tokens, bf16, K = V = 128, q/k l2-normalised in the op, no initial/final state (the
-// training path): 9B/35B heads (16 key, 32 value) and 27B heads (16, 48), packed as 8 × 1024 and as one example.
+// Qwen3.5 Gated DeltaNet, bf16, K = V = 128, q/k l2-normalised in the op, no initial/final state (the training path):
+// at 8192 tokens, 9B/35B heads (16 key, 32 value) and 27B heads (16, 48), packed as 8 × 1024 and as one example; and
+// one long example of 32768 and of 65536 tokens at the 9B/35B heads, where the state chain is the whole time.
+// FUSEPACK_BENCH_GATED_DELTA_SHAPE=<text> runs only the shapes whose name ("1x8192 Hk=16 Hv=32 K=V=128") contains
+// it, for profiling one shape without the others' minutes of composite timing.
 void bench_gated_delta(Report& report) {
-  for (GatedDeltaShape const s : {GatedDeltaShape{16, 32, 8}, GatedDeltaShape{16, 32, 1}, GatedDeltaShape{16, 48, 8},
-                                  GatedDeltaShape{16, 48, 1}}) {
+  char const* const only = std::getenv("FUSEPACK_BENCH_GATED_DELTA_SHAPE");
+  for (GatedDeltaShape const s : {GatedDeltaShape{16, 32, 8, 8192}, GatedDeltaShape{16, 32, 1, 8192},
+                                  GatedDeltaShape{16, 48, 8, 8192}, GatedDeltaShape{16, 48, 1, 8192},
+                                  GatedDeltaShape{16, 32, 1, 32768}, GatedDeltaShape{16, 32, 1, 65536}}) {
+    if (only != nullptr && shape_name(s).find(only) == std::string::npos) continue;
     bench_shape(report, s);
   }
   std::printf(

@@ -11,6 +11,7 @@
 
 #include "kernels/common/dtype.h"
 #include "kernels/gated_delta/gated_delta_head_dims.h"
+#include "kernels/gated_delta/gated_delta_schedule.h"
 
 #include <cuda_runtime.h>
 
@@ -98,6 +99,7 @@ struct GatedDeltaFwdParams {
   int Hk = 0, Hv = 0, K = 128, V = 128;  // Hv % Hk == 0; value head j reads key head j / (Hv / Hk); K = V, one of
                                          // GatedDeltaHeadDims (gated_delta_head_dims.h)
   int N = 0, NC = 0;                     // examples, chunks
+  GatedDeltaSchedule schedule = GatedDeltaSchedule::kByShape;  // both passes (gated_delta_schedule.h)
   float scale = 0;                       // applied to q after the l2 norm (K^-1/2 in the model)
   bool use_qk_l2norm = true;
   DType dtype = DType::kBF16;  // of q, k, v, beta, o (and do, dq, dk, dv, dbeta)
@@ -124,6 +126,10 @@ struct GatedDeltaBwdParams : GatedDeltaFwdParams {
 // p.save only.
 std::size_t gated_delta_fwd_workspace_bytes(GatedDeltaFwdParams const& p);
 std::size_t gated_delta_bwd_workspace_bytes(GatedDeltaBwdParams const& p);
+
+// The schedule the forward runs for p (gated_delta_schedule.h): p.schedule when forced, else the forward launcher's
+// choice by shape on the current device. The backward's launcher makes its own choice by shape.
+GatedDeltaSchedule gated_delta_fwd_schedule(GatedDeltaFwdParams const& p);
 
 // The forward writes o (and final_state, and the saved tensors when p.save); `workspace` holds
 // gated_delta_fwd_workspace_bytes(p) bytes. The backward reads the tensors the forward saved (same p fields).

@@ -1,11 +1,13 @@
-// Forward of the chunked gated delta rule: the chunk table, the workspace and the launcher of the two kernels in
-// gated_delta_fwd_kernels.cuh (WY inverse per chunk, then the chunk-to-chunk recurrence). Numerical contract: fp32
+// Forward of the chunked gated delta rule: the chunk table, the workspace, the schedule and the launchers of the
+// kernels in gated_delta_fwd_kernels.cuh (WY inverse per chunk, then the chunk-to-chunk recurrence with the output in
+// it) and gated_delta_fwd_chain.cuh (the state chain, then the output of every chunk at once). Numerical contract: fp32
 // state and accumulation; tensor-core products on bf16 parts of their operands (raw bf16 exact, fp16 as two parts,
 // fp32 as three, fp32 intermediates as two, or three for fp32 inputs), which keeps fp32-level accuracy for fp32
 // inputs and ~2^-16 relative error per product for bf16/fp16; one rounding of o to the input dtype.
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/static_switch.h"
 #include "kernels/gated_delta/gated_delta.h"
+#include "kernels/gated_delta/gated_delta_fwd_chain.cuh"
 #include "kernels/gated_delta/gated_delta_fwd_kernels.cuh"
 #include "kernels/gated_delta/gated_delta_head_dims.h"
 
@@ -94,6 +96,15 @@ std::size_t record_bytes(GatedDeltaFwdParams const& p) {
 }
 std::size_t ainv_plane_bytes(GatedDeltaFwdParams const& p) {
   return align256(sizeof(__nv_bfloat16) * static_cast<std::size_t>(p.T) * p.Hv * ainv_parts(p.dtype) * kChunk);
+}
+
+// kLeanChain also hands the chain's results to the output kernel: v_new as fp32 tiles [NC, Hv, V/16, 8, 128]
+// (vn_tile_offset), and, when not saving (p.h is then null), the states entering the chunks [NC, Hv, V, K].
+std::size_t vn_tile_bytes(GatedDeltaFwdParams const& p) {
+  return align256(sizeof(float) * static_cast<std::size_t>(p.NC) * p.Hv * p.V * kChunk);
+}
+std::size_t state_bytes(GatedDeltaFwdParams const& p) {
+  return align256(sizeof(float) * static_cast<std::size_t>(p.NC) * p.Hv * p.V * p.K);
 }
 
 bool aligned16(void const* ptr) { return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0; }
@@ -247,25 +258,97 @@ void launch_recurrence(GatedDeltaFwdParams const& p, float const* rec, __nv_bflo
   return launch_recurrence_with<T, kK, 2, 2>(p, rec, ainv, stream);
 }
 
+// The lean chain (gated_delta_schedule.h): the state chain in blocks of two slabs (32 value columns, four warps: the
+// slabs share each chunk's k rows and Ainv planes, and two blocks fit a multiprocessor), then the output kernel over
+// every (chunk, value head).
+constexpr int kLeanSlabs = 2;
+
+template <typename T, int kK>
+void launch_lean_chain(GatedDeltaFwdParams const& p, float const* rec, __nv_bfloat16 const* ainv, float* h,
+                       float* vn_tiles, cudaStream_t stream) {
+  using Sm = ChainSmem<T, kK, kLeanSlabs>;
+  static_assert(Sm::kBytes <= kMaxBlockSmem, "the state chain's shared memory fits a Hopper block");
+  auto const chain = gated_delta_fwd_state_chain<T, kK, kLeanSlabs>;
+  if constexpr (Sm::kBytes > 48 * 1024) {
+    FUSEPACK_CUDA_CHECK(cudaFuncSetAttribute(chain, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             static_cast<int>(Sm::kBytes)));
+  }
+  std::int64_t const blocks = std::int64_t(p.N) * p.Hv * (p.V / Sm::kBV);
+  if (blocks > INT_MAX) fail("N·Hv·V/" + std::to_string(Sm::kBV) + " blocks exceed the grid limit");
+  chain<<<static_cast<unsigned>(blocks), kLeanSlabs * 64, Sm::kBytes, stream>>>(p, rec, ainv, h, vn_tiles);
+  FUSEPACK_CUDA_CHECK_LAUNCH();
+  if (p.NC == 0) return;
+
+  using So = OutputSmem<T, kK>;
+  static_assert(So::kBytes <= kMaxBlockSmem, "the output kernel's shared memory fits a Hopper block");
+  auto const output = gated_delta_fwd_chunk_output<T, kK>;
+  if constexpr (So::kBytes > 48 * 1024) {
+    FUSEPACK_CUDA_CHECK(cudaFuncSetAttribute(output, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             static_cast<int>(So::kBytes)));
+  }
+  std::int64_t const out_blocks = std::int64_t(p.NC) * p.Hv;
+  if (out_blocks > INT_MAX) fail("NC·Hv = " + std::to_string(out_blocks) + " blocks exceed the grid limit");
+  output<<<static_cast<unsigned>(out_blocks), kK * 2, So::kBytes, stream>>>(p, rec, h, vn_tiles);
+  FUSEPACK_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
+
+// By shape: the lean chain when its state chain runs in one wave (every block resident at once: few examples, where
+// the chain is the whole time; at V = 128 on the 132-SM H200, N·Hv <= 66 in bf16), the full chain otherwise. At 8192
+// tokens, Hv = 32: one example runs lean, 8 × 1024 full (kernels/gated_delta/NOTES.md has both schedules' times).
+GatedDeltaSchedule gated_delta_fwd_schedule(GatedDeltaFwdParams const& p) {
+  if (p.schedule != GatedDeltaSchedule::kByShape) return p.schedule;
+  int device = 0, sms = 0, smem_per_sm = 0;
+  FUSEPACK_CUDA_CHECK(cudaGetDevice(&device));
+  FUSEPACK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  FUSEPACK_CUDA_CHECK(cudaDeviceGetAttribute(&smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
+  std::size_t const smem = FUSEPACK_DTYPE_SWITCH(p.dtype, T, [&] {
+    return FUSEPACK_GATED_DELTA_HEAD_DIM_SWITCH(p.K, kK, [&] { return ChainSmem<T, kK, kLeanSlabs>::kBytes; });
+  });
+  std::int64_t const per_sm = std::max<std::int64_t>(1, static_cast<std::int64_t>(smem_per_sm / (smem + 1024)));
+  std::int64_t const blocks = std::int64_t(p.N) * p.Hv * (p.V / (16 * kLeanSlabs));
+  return blocks <= sms * per_sm ? GatedDeltaSchedule::kLeanChain : GatedDeltaSchedule::kFullChain;
+}
 
 std::size_t gated_delta_fwd_workspace_bytes(GatedDeltaFwdParams const& p) {
   check_shapes(p);
   if (p.T == 0) return 0;
-  return record_bytes(p) + (p.save ? 0 : ainv_plane_bytes(p));
+  std::size_t bytes = record_bytes(p) + (p.save ? 0 : ainv_plane_bytes(p));
+  if (gated_delta_fwd_schedule(p) == GatedDeltaSchedule::kLeanChain) {
+    bytes += vn_tile_bytes(p) + (p.save ? 0 : state_bytes(p));
+  }
+  return bytes;
 }
 
 void run_gated_delta_fwd(GatedDeltaFwdParams const& p, void* workspace, cudaStream_t stream) {
   check_shapes(p);
   check_pointers(p, workspace);
   if (p.N == 0 || (p.T == 0 && p.final_state == nullptr)) return;
-  auto* rec = static_cast<float*>(workspace);
-  auto* ainv = p.save ? reinterpret_cast<__nv_bfloat16*>(p.Ainv)
-                      : reinterpret_cast<__nv_bfloat16*>(static_cast<unsigned char*>(workspace) + record_bytes(p));
+  auto* const bytes = static_cast<unsigned char*>(workspace);
+  auto* rec = reinterpret_cast<float*>(bytes);
+  std::size_t at = record_bytes(p);
+  __nv_bfloat16* ainv = reinterpret_cast<__nv_bfloat16*>(p.Ainv);
+  if (!p.save) {
+    ainv = reinterpret_cast<__nv_bfloat16*>(bytes + at);
+    at += ainv_plane_bytes(p);
+  }
+  bool const lean = gated_delta_fwd_schedule(p) == GatedDeltaSchedule::kLeanChain;
+  float* vn_tiles = nullptr;
+  float* h = p.h;
+  if (lean && p.T > 0) {
+    vn_tiles = reinterpret_cast<float*>(bytes + at);
+    at += vn_tile_bytes(p);
+    if (!p.save) h = reinterpret_cast<float*>(bytes + at);
+  }
   FUSEPACK_DTYPE_SWITCH(p.dtype, T, [&] {
     FUSEPACK_GATED_DELTA_HEAD_DIM_SWITCH(p.K, kK, [&] {
       if (p.NC > 0) launch_wy_inverse<T, kK>(p, rec, ainv, stream);
-      launch_recurrence<T, kK>(p, rec, ainv, stream);
+      if (lean) {
+        launch_lean_chain<T, kK>(p, rec, ainv, h, vn_tiles, stream);
+      } else {
+        launch_recurrence<T, kK>(p, rec, ainv, stream);
+      }
     });
   });
 }

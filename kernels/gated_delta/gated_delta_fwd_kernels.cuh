@@ -45,6 +45,70 @@ __device__ __forceinline__ Vec16<T> zero16() {
   return r;
 }
 
+// P[i][j] = scale rstd_q_i rstd_k_j (q_i · k_j) e^{G_i − G_j} for j <= i < L, else 0, into the kOrder + 1 bf16
+// planes [parts][64][kLdSq] at `planes`, from the chunk's q and k tiles ([64][ld] of T in shared memory) and its
+// token records: 32 tiles of 16×8 shared among the block's kWarps warps (every warp must call).
+template <typename T, int kK, int kWarps>
+__device__ __forceinline__ void build_p_planes(T const* q_tile, T const* k_tile, int ld, float const* rec_tile,
+                                               __nv_bfloat16* planes, int L, int warp, int lane) {
+  using Pol = SplitPolicy<T>;
+  constexpr int kPF = Pol::kOrder + 1, kPR = Pol::kRawParts;
+  constexpr int kTilesPerWarp = 32 / kWarps;
+  static_assert(32 % kWarps == 0, "the 32 tiles split evenly among the warps");
+  int const g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int u = 0; u < kTilesPerWarp; ++u) {
+    int const tile = warp * kTilesPerWarp + u, mt = tile >> 3, nt = tile & 7;
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (8 * nt < 16 * mt + 16 && 8 * nt < L) {
+#pragma unroll
+      for (int ks = 0; ks < kK / 16; ++ks) {
+        std::uint32_t a[kPR][4], b[kPR][2];
+        load_a_rows<T, kPR>(q_tile, ld, 16 * mt, 16 * ks, lane, a);
+        load_b_cols<T, kPR>(k_tile, ld, 8 * nt, 16 * ks, lane, b);
+        mma_split<Pol::kOrder>(acc, a, b);
+      }
+    }
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {  // rows g and g + 8 of the tile, columns 2t, 2t + 1
+      int const i = 16 * mt + g + 8 * hr, j = 8 * nt + 2 * t;
+      float val[2] = {0.0f, 0.0f};
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        if (j + c <= i && i < L) {
+          float const* ri = rec_tile + i * kRecord;
+          float const* rj = rec_tile + (j + c) * kRecord;
+          val[c] = ri[kRecSq] * rj[kRecRk] * acc[2 * hr + c] * policy_exp<T>(ri[kRecG] - rj[kRecG]);
+        }
+      }
+      std::uint32_t w[kPF];
+      split_pair<kPF>(val[0], val[1], w);
+#pragma unroll
+      for (int part = 0; part < kPF; ++part) {
+        *reinterpret_cast<std::uint32_t*>(planes + part * kPlane + i * kLdSq + j) = w[part];
+      }
+    }
+  }
+}
+
+// The P planes of one (chunk, value head) out to the saved P (p.P at [chunk · Hv + value head]) by the block's
+// kThreads threads, in 16-bit runs only (gated_delta_saves_intra); fp32 runs save no P.
+template <typename T, int kThreads>
+__device__ __forceinline__ void save_p_planes(__nv_bfloat16 const* planes, std::uint16_t* saved_P,
+                                              std::int64_t chunk_head, int tid) {
+  if constexpr (!std::is_same_v<T, float>) {
+    constexpr int kPF = SplitPolicy<T>::kOrder + 1;
+    constexpr int kRowVecs = kChunk / 8;  // 16-byte vectors of bf16 per plane row
+    __nv_bfloat16* const P_out = reinterpret_cast<__nv_bfloat16*>(saved_P) + chunk_head * kPF * kChunk * kChunk;
+#pragma unroll
+    for (int idx = tid; idx < kPF * kChunk * kRowVecs; idx += kThreads) {
+      int const row = idx / kRowVecs, cv = idx % kRowVecs;  // row = part · 64 + i
+      *reinterpret_cast<int4*>(P_out + row * kChunk + 8 * cv) =
+          *reinterpret_cast<int4 const*>(planes + (row / kChunk) * kPlane + (row % kChunk) * kLdSq + 8 * cv);
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // Kernel 1, one block per (chunk, key head, pair of that key head's value heads): 8 warps, 4 per value head.
 
@@ -613,58 +677,9 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
     }
     __syncthreads();  // every warp is done with Ainv and with its v columns; v_new is in the exchange
 
-    // P[i][j] = scale rstd_q_i rstd_k_j (q_i · k_j) e^{G_i − G_j} for j <= i < L, else 0, over the Ainv planes:
-    // 32 tiles of 16×8 shared among the warps.
-    {
-      constexpr int kTilesPerWarp = 32 / kWarps;
-#pragma unroll
-      for (int u = 0; u < kTilesPerWarp; ++u) {
-        int const tile = warp * kTilesPerWarp + u, mt = tile >> 3, nt = tile & 7;
-        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        if (8 * nt < 16 * mt + 16 && 8 * nt < L) {
-#pragma unroll
-          for (int ks = 0; ks < kK / 16; ++ks) {
-            std::uint32_t a[kPR][4], b[kPR][2];
-            load_a_rows<T, kPR>(q_tile, Sm::kLdK, 16 * mt, 16 * ks, lane, a);
-            load_b_cols<T, kPR>(k_tile, Sm::kLdK, 8 * nt, 16 * ks, lane, b);
-            mma_split<Pol::kOrder>(acc, a, b);
-          }
-        }
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {  // rows g and g + 8 of the tile, columns 2t, 2t + 1
-          int const i = 16 * mt + g + 8 * hr, j = 8 * nt + 2 * t;
-          float val[2] = {0.0f, 0.0f};
-#pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            if (j + c <= i && i < L) {
-              float const* ri = rec_tile + i * kRecord;
-              float const* rj = rec_tile + (j + c) * kRecord;
-              val[c] = ri[kRecSq] * rj[kRecRk] * acc[2 * hr + c] * policy_exp<T>(ri[kRecG] - rj[kRecG]);
-            }
-          }
-          std::uint32_t w[kPF];
-          split_pair<kPF>(val[0], val[1], w);
-#pragma unroll
-          for (int part = 0; part < kPF; ++part) {
-            *reinterpret_cast<std::uint32_t*>(planes + part * kPlane + i * kLdSq + j) = w[part];
-          }
-        }
-      }
-    }
+    build_p_planes<T, kK, kWarps>(q_tile, k_tile, Sm::kLdK, rec_tile, planes, L, warp, lane);  // over the Ainv planes
     __syncthreads();  // P complete
-    if constexpr (!std::is_same_v<T, float>) {  // saved for the backward (gated_delta_saves_intra), by one tile
-      if (p.save && vtile == 0) {
-        constexpr int kRowVecs = kChunk / 8;  // 16-byte vectors of bf16 per plane row
-        __nv_bfloat16* const P_out =
-            reinterpret_cast<__nv_bfloat16*>(p.P) + (std::int64_t(chunk0 + it) * Hv + hv) * kPF * kChunk * kChunk;
-#pragma unroll
-        for (int idx = tid; idx < kPF * kChunk * kRowVecs; idx += kThreads) {
-          int const row = idx / kRowVecs, cv = idx % kRowVecs;  // row = part · 64 + i
-          *reinterpret_cast<int4*>(P_out + row * kChunk + 8 * cv) =
-              *reinterpret_cast<int4 const*>(planes + (row / kChunk) * kPlane + (row % kChunk) * kLdSq + 8 * cv);
-        }
-      }
-    }
+    if (p.save && vtile == 0) save_p_planes<T, kThreads>(planes, p.P, std::int64_t(chunk0 + it) * Hv + hv, tid);
     if constexpr (kKSplit == 2) {
       if (!does_v_new) tiles_add_smem(vn, exchange + 2 * Sm::kTileFloats, lane);  // vn was zero
     }

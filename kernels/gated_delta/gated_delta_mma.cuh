@@ -448,6 +448,13 @@ __device__ __forceinline__ void store_tile_pairs(float const (&d)[4], int lane, 
   }
 }
 
+// The lean-chain recurrences (gated_delta_schedule.h) run two warps kh = 0, 1 per 16 value columns; a lower-triangular
+// [64, 64] product over a chunk's four 16-token row blocks is split between them as {0, 3} and {1, 2}, 5 of its 10
+// tile products each. Whether warp kh owns row block np:
+__device__ __forceinline__ bool lean_owns_token_block(int kh, int np) {
+  return kh == 0 ? (np == 0 || np == 3) : (np == 1 || np == 2);
+}
+
 // d += a · b over the part products a_i · b_j with i + j <= kOrder, smallest first. For fp32-level accuracy
 // (kOrder = 2) the parts are summed into a fresh accumulator and that is added to d by an IEEE fp32 addition: tensor
 // cores accumulate fp32 by truncation (terms aligned to the largest, lower bits dropped; Fasi et al. 2021 for earlier

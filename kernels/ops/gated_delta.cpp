@@ -211,7 +211,7 @@ struct GatedDeltaFunction : torch::autograd::Function<GatedDeltaFunction> {
                                                 at::Tensor const& beta, std::optional<at::Tensor> const& state_opt,
                                                 at::Tensor const& cu_seqlens, at::Tensor const& chunks, int64_t N,
                                                 int64_t NC, double scale, bool use_qk_l2norm, bool output_final_state,
-                                                bool save) {
+                                                bool save, int64_t schedule) {
     FUSEPACK_OP_RUNS("gated_delta", Pass::kForward, Backend::kFused);
     c10::cuda::CUDAGuard guard(q.device());
     at::Tensor const initial_state = state_opt.value_or(at::Tensor());
@@ -219,6 +219,7 @@ struct GatedDeltaFunction : torch::autograd::Function<GatedDeltaFunction> {
     auto const f32 = q.options().dtype(at::kFloat);
     GatedDeltaFwdParams p =
         fwd_params(q, k, v, g, beta, initial_state, cu_seqlens, chunks, N, NC, scale, use_qk_l2norm);
+    p.schedule = static_cast<GatedDeltaSchedule>(schedule);
     at::Tensor o = at::empty({T, Hv, V}, q.options());
     at::Tensor final_state = output_final_state ? at::empty({N, Hv, K, V}, f32) : at::Tensor();
     p.o = o.data_ptr();
@@ -251,6 +252,7 @@ struct GatedDeltaFunction : torch::autograd::Function<GatedDeltaFunction> {
     ctx->set_materialize_grads(false);  // an unused final state passes no dfinal_state (nullptr), not zeros
     ctx->saved_data["N"] = N;
     ctx->saved_data["NC"] = NC;
+    ctx->saved_data["schedule"] = schedule;
     ctx->saved_data["scale"] = scale;
     ctx->saved_data["use_qk_l2norm"] = use_qk_l2norm;
     ctx->saved_data["save"] = save;
@@ -284,6 +286,7 @@ struct GatedDeltaFunction : torch::autograd::Function<GatedDeltaFunction> {
         fwd_params(q, k, v, g, beta, initial_state, cu_seqlens, chunks, ctx->saved_data["N"].toInt(),
                    ctx->saved_data["NC"].toInt(), ctx->saved_data["scale"].toDouble(),
                    ctx->saved_data["use_qk_l2norm"].toBool());
+    p.schedule = static_cast<GatedDeltaSchedule>(ctx->saved_data["schedule"].toInt());
     p.save = true;
     p.q_rstd = saved[8].data_ptr<float>();
     p.k_rstd = saved[9].data_ptr<float>();
@@ -306,7 +309,7 @@ struct GatedDeltaFunction : torch::autograd::Function<GatedDeltaFunction> {
     p.workspace = ws.data_ptr();
     run_gated_delta_bwd(p, at::cuda::getCurrentCUDAStream());
     // One gradient per forward argument: q, k, v, g, beta, initial_state, then none for the rest.
-    return {dq, dk, dv, dg, dbeta, dinitial_state, {}, {}, {}, {}, {}, {}, {}, {}};
+    return {dq, dk, dv, dg, dbeta, dinitial_state, {}, {}, {}, {}, {}, {}, {}, {}, {}};
   }
 };
 #endif
@@ -315,7 +318,8 @@ struct GatedDeltaFunction : torch::autograd::Function<GatedDeltaFunction> {
 
 GatedDeltaResult gated_delta(at::Tensor const& q, at::Tensor const& k, at::Tensor const& v, at::Tensor const& g,
                              at::Tensor const& beta, at::Tensor const& cu_seqlens, double scale, bool use_qk_l2norm,
-                             Backend backend, at::Tensor const& initial_state, bool output_final_state) {
+                             Backend backend, at::Tensor const& initial_state, bool output_final_state,
+                             GatedDeltaSchedule schedule) {
   char const* const op = "gated_delta";
   check_sizes(op, "q", q, {-1, -1, -1});
   TORCH_CHECK(q.is_floating_point(), op, ": q must be a floating-point tensor; got ", q.scalar_type());
@@ -354,6 +358,8 @@ GatedDeltaResult gated_delta(at::Tensor const& q, at::Tensor const& k, at::Tenso
                 " but q is on ", q.device(), "; they must be on the same device");
   }
   if (backend == Backend::kComposite) {
+    TORCH_CHECK(schedule == GatedDeltaSchedule::kByShape, op, ": the schedule '", gated_delta_schedule_name(schedule),
+                "' is a choice of the fused kernels; the composite backend takes only the default (by shape)");
     return gated_delta_composite(q, k, v, g, beta, cu, scale, use_qk_l2norm, initial_state, output_final_state);
   }
 
@@ -374,7 +380,7 @@ GatedDeltaResult gated_delta(at::Tensor const& q, at::Tensor const& k, at::Tenso
   auto const outs = GatedDeltaFunction::apply(
       q, k, v, g, beta, initial_state.defined() ? std::optional<at::Tensor>(initial_state) : std::nullopt,
       cu_seqlens.contiguous(), table.chunks, int64_t{table.N}, int64_t{table.NC}, scale, use_qk_l2norm,
-      output_final_state, save);
+      output_final_state, save, static_cast<int64_t>(schedule));
   GatedDeltaResult r;
   r.o = outs[0];
   if (output_final_state) r.final_state = outs[1];

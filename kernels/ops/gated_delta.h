@@ -4,6 +4,7 @@
 // l2-normalised q, k (x / sqrt(Σx² + 1e-6)) when use_qk_l2norm. Same semantics as reference/gated_delta.h.
 #pragma once
 
+#include "kernels/gated_delta/gated_delta_schedule.h"
 #include "kernels/ops/backend.h"
 
 #include <ATen/core/Tensor.h>
@@ -24,8 +25,12 @@ struct GatedDeltaResult {
 // Fused: CUDA kernels/gated_delta, contiguous fp32/bf16/fp16, K = V one of GatedDeltaHeadDims
 // (kernels/gated_delta/gated_delta_head_dims.h), cu_seqlens on q's device; gradients for q, k, v, g, beta and
 // initial_state, bitwise deterministic. Anything else is refused with the reason; nothing falls back.
+// `schedule` (fused only) forces how the forward places o around the state recurrence
+// (kernels/gated_delta/gated_delta_schedule.h); the default lets the launcher pick by shape. Tests and the benchmark
+// force each; the composite refuses anything but the default.
 GatedDeltaResult gated_delta(at::Tensor const& q, at::Tensor const& k, at::Tensor const& v, at::Tensor const& g,
                              at::Tensor const& beta, at::Tensor const& cu_seqlens, double scale, bool use_qk_l2norm,
-                             Backend backend, at::Tensor const& initial_state = {}, bool output_final_state = false);
+                             Backend backend, at::Tensor const& initial_state = {}, bool output_final_state = false,
+                             GatedDeltaSchedule schedule = GatedDeltaSchedule::kByShape);
 
 }  // namespace fusepack::ops

@@ -111,13 +111,15 @@ struct GatedDeltaRun {
   at::Tensor o, final_state, dq, dk, dv, dg, dbeta, dinitial_state;
 };
 
-GatedDeltaRun run(Backend backend, DeviceInputs const& in, bool use_qk_l2norm) {
+// `schedule` forces the fused kernels' schedule in both passes (the composite takes only the default, kByShape).
+GatedDeltaRun run(Backend backend, DeviceInputs const& in, bool use_qk_l2norm,
+                  GatedDeltaSchedule schedule = GatedDeltaSchedule::kByShape) {
   auto leaf = [](at::Tensor const& t) { return t.defined() ? t.detach().clone().requires_grad_() : at::Tensor(); };
   at::Tensor q = leaf(in.q), k = leaf(in.k), v = leaf(in.v), g = leaf(in.g), beta = leaf(in.beta),
              state = leaf(in.initial_state);
   bool const with_final = in.dfinal_state.defined();
   ops::GatedDeltaResult r =
-      ops::gated_delta(q, k, v, g, beta, in.cu, in.scale, use_qk_l2norm, backend, state, with_final);
+      ops::gated_delta(q, k, v, g, beta, in.cu, in.scale, use_qk_l2norm, backend, state, with_final, schedule);
   std::vector<at::Tensor> outputs{r.o}, douts{in.dout}, inputs{q, k, v, g, beta};
   if (with_final) {
     outputs.push_back(r.final_state);
@@ -317,18 +319,35 @@ ErrorReport check_output(Compared const& x, Dtype dtype) {
   return r;
 }
 
-class GatedDeltaFused : public ::testing::TestWithParam<std::tuple<Dtype, GatedDeltaCase>> {};
+// A schedule in a test name (GoogleTest names take only [A-Za-z0-9_]).
+char const* schedule_label(GatedDeltaSchedule s) {
+  switch (s) {
+    case GatedDeltaSchedule::kByShape: return "by_shape";
+    case GatedDeltaSchedule::kFullChain: return "full_chain";
+    case GatedDeltaSchedule::kLeanChain: return "lean_chain";
+  }
+  return "unknown_schedule";
+}
+
+// Every case under both forced schedules: they are two kernel pipelines (the forward's o computed on the chunk chain
+// or after it from the saved states; the backward's state recurrence on one or two warps per 16 value columns) that
+// the launchers pick between by shape, so under the default a case would test only the one its shape picks and the
+// edge packs below would miss the other. Both schedules see the same inputs (seeded by dtype and case, not schedule),
+// so their error-budget lines compare kernels, not draws. The composite baseline takes only the default.
+class GatedDeltaFused
+    : public ::testing::TestWithParam<std::tuple<Dtype, GatedDeltaSchedule, GatedDeltaCase>> {};
 
 TEST_P(GatedDeltaFused, MatchesReference) {
   FUSEPACK_SKIP_WITHOUT_CUDA();
-  auto const& [dtype, c] = GetParam();
+  auto const& [dtype, schedule, c] = GetParam();
   if (c.full_only && test_level() != TestLevel::kFull) {
     GTEST_SKIP() << "full level only: the fp64 reference of this case takes minutes (FUSEPACK_TEST_LEVEL=full)";
   }
-  auto rng = test_rng();
+  std::mt19937_64 rng(  // keyed by the test's name without its schedule
+      seed_for("Sm90/GatedDeltaFused.MatchesReference/" + std::string(dtype_name(dtype)) + "_" + c.name));
   GatedDeltaInputs const in = draw(c, dtype, rng);
   DeviceInputs const d = to_device(in, dtype, at::Device(at::kCUDA));
-  GatedDeltaRun const fused = run(Backend::kFused, d, c.use_qk_l2norm);
+  GatedDeltaRun const fused = run(Backend::kFused, d, c.use_qk_l2norm, schedule);
   GatedDeltaRun const composite = run(Backend::kComposite, d, c.use_qk_l2norm);
   Reference const want = reference(in, c.use_qk_l2norm);
   for (Compared const& x : compared(fused, composite, want, in.cu)) FUSEPACK_EXPECT_PASS(check_output(x, dtype));
@@ -338,6 +357,7 @@ INSTANTIATE_TEST_SUITE_P(
     Sm90, GatedDeltaFused,
     ::testing::Combine(
         ::testing::Values(Dtype::kBF16, Dtype::kF32, Dtype::kF16),
+        ::testing::Values(GatedDeltaSchedule::kFullChain, GatedDeltaSchedule::kLeanChain),
         ::testing::Values(
             // Qwen3.5-9B/35B heads at the benchmark's 8192 tokens, packed and as one example
             GatedDeltaCase{"hk16_hv32_8x1024_state_dfinal", std::vector<int>(8, 1024), 16, 32, 128, 128, true, true,
@@ -387,7 +407,8 @@ INSTANTIATE_TEST_SUITE_P(
             GatedDeltaCase{"k64_seqs_0_1_0_64_64_65_0_state_dfinal", {0, 1, 0, 64, 64, 65, 0}, 2, 4, 64, 64, true,
                            true, true})),
     [](auto const& tc) {
-      return std::string(dtype_name(std::get<0>(tc.param))) + "_" + std::get<1>(tc.param).name;
+      return std::string(dtype_name(std::get<0>(tc.param))) + "_" + schedule_label(std::get<1>(tc.param)) + "_" +
+             std::get<2>(tc.param).name;
     });
 
 TEST(GatedDeltaFused, ZeroTokensPassTheStateThrough) {
@@ -407,17 +428,20 @@ TEST(GatedDeltaFused, BackwardIsBitwiseDeterministic) {
   GatedDeltaCase const c{"determinism", {1, 17, 300, 1024, 64}, 16, 32, 128, 128, true, true, true};
   auto rng = test_rng();
   for (Dtype dtype : {Dtype::kBF16, Dtype::kF32}) {
-    SCOPED_TRACE(dtype_name(dtype));
     DeviceInputs const d = to_device(draw(c, dtype, rng), dtype, at::Device(at::kCUDA));
-    GatedDeltaRun const a = run(Backend::kFused, d, true), b = run(Backend::kFused, d, true);
-    EXPECT_TRUE(at::equal(a.o, b.o));
-    EXPECT_TRUE(at::equal(a.final_state, b.final_state));
-    EXPECT_TRUE(at::equal(a.dq, b.dq));
-    EXPECT_TRUE(at::equal(a.dk, b.dk));
-    EXPECT_TRUE(at::equal(a.dv, b.dv));
-    EXPECT_TRUE(at::equal(a.dg, b.dg));
-    EXPECT_TRUE(at::equal(a.dbeta, b.dbeta));
-    EXPECT_TRUE(at::equal(a.dinitial_state, b.dinitial_state));
+    // Under each forced schedule: two different forward pipelines, and the backward runs on what each one saved.
+    for (GatedDeltaSchedule schedule : {GatedDeltaSchedule::kFullChain, GatedDeltaSchedule::kLeanChain}) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + ", " + gated_delta_schedule_name(schedule));
+      GatedDeltaRun const a = run(Backend::kFused, d, true, schedule), b = run(Backend::kFused, d, true, schedule);
+      EXPECT_TRUE(at::equal(a.o, b.o));
+      EXPECT_TRUE(at::equal(a.final_state, b.final_state));
+      EXPECT_TRUE(at::equal(a.dq, b.dq));
+      EXPECT_TRUE(at::equal(a.dk, b.dk));
+      EXPECT_TRUE(at::equal(a.dv, b.dv));
+      EXPECT_TRUE(at::equal(a.dg, b.dg));
+      EXPECT_TRUE(at::equal(a.dbeta, b.dbeta));
+      EXPECT_TRUE(at::equal(a.dinitial_state, b.dinitial_state));
+    }
   }
 }
 
@@ -441,16 +465,118 @@ TEST(GatedDeltaFused, RebuildsTheChunkTableWhenCuSeqlensIsWrittenInPlace) {
 }
 
 // ---------------------------------------------------------------------------------------------------------------
+// Long examples on the GPU (full level): one example of 32768 and one of 65536 tokens at the Qwen3.5-9B/35B heads,
+// 512 and 1024 chunks in a row on the state chain, bf16, under both forced schedules.
+//
+// The fused kernels and the composite run on all 32 value heads (so the kernels see the model's grid), but the fp64
+// reference covers only key head 0 and the 2 value heads that read it: its per-token recurrence over all heads would
+// take 16 times as long, and each [65536, 32, 128] fp64 tensor of its inputs, outputs and gradients takes 2 GB (its
+// backward also keeps the state entering every token of the head it walks, 8.6 GB at 65536 tokens, whatever the
+// number of heads). The subset is exact: value head j reads only key head j / (Hv/Hk), so key head 0 with value heads
+// 0 .. Hv/Hk − 1 is a gated delta problem of its own (Hk = 1, Hv = Hv/Hk) whose o, final state and gradients of v, g,
+// β and the initial state are those heads' slices of the full problem's, and dq, dk of key head 0 sum over exactly
+// those value heads. The fused and composite results are sliced the same way and checked as in MatchesReference.
+
+// Heads [begin, end) (dimension 1) of a packed [T, H, ...] tensor or of a state [N, H, K, V], as a new tensor; an
+// undefined tensor stays undefined.
+Tensor heads(Tensor const& t, ref::Index begin, ref::Index end) {
+  if (!t.defined()) return t;
+  ref::Shape shape = t.shape();
+  ref::Index const outer = shape[0], H = shape[1], n = end - begin;
+  ref::Index inner = 1;
+  for (size_t i = 2; i < shape.size(); ++i) inner *= shape[i];
+  shape[1] = n;
+  Tensor out(shape);
+  for (ref::Index i = 0; i < outer; ++i) {
+    std::copy_n(t.data() + (i * H + begin) * inner, n * inner, out.data() + i * n * inner);
+  }
+  return out;
+}
+
+// The inputs of key head 0 and of the `group` = Hv/Hk value heads that read it.
+GatedDeltaInputs key_head_0(GatedDeltaInputs const& in, ref::Index group) {
+  GatedDeltaInputs s;
+  s.cu = in.cu;
+  s.scale = in.scale;
+  s.q = heads(in.q, 0, 1);
+  s.k = heads(in.k, 0, 1);
+  s.v = heads(in.v, 0, group);
+  s.g = heads(in.g, 0, group);
+  s.beta = heads(in.beta, 0, group);
+  s.dout = heads(in.dout, 0, group);
+  s.initial_state = heads(in.initial_state, 0, group);
+  s.dfinal_state = heads(in.dfinal_state, 0, group);
+  return s;
+}
+
+// The same heads of a run, copied: a view would keep the memory of all heads alive.
+GatedDeltaRun key_head_0(GatedDeltaRun const& r, int64_t group) {
+  auto cut = [](at::Tensor const& t, int64_t n) {
+    return t.defined() ? t.slice(1, 0, n).clone(at::MemoryFormat::Contiguous) : at::Tensor();
+  };
+  GatedDeltaRun s;
+  s.o = cut(r.o, group);
+  s.final_state = cut(r.final_state, group);
+  s.dq = cut(r.dq, 1);
+  s.dk = cut(r.dk, 1);
+  s.dv = cut(r.dv, group);
+  s.dg = cut(r.dg, group);
+  s.dbeta = cut(r.dbeta, group);
+  s.dinitial_state = cut(r.dinitial_state, group);
+  return s;
+}
+
+class GatedDeltaFusedLong : public ::testing::TestWithParam<std::tuple<GatedDeltaSchedule, GatedDeltaCase>> {};
+
+TEST_P(GatedDeltaFusedLong, MatchesReferenceOnKeyHead0) {
+  FUSEPACK_SKIP_WITHOUT_CUDA();
+  auto const& [schedule, c] = GetParam();
+  if (c.full_only && test_level() != TestLevel::kFull) {
+    GTEST_SKIP() << "full level only: the fp64 reference of this case takes minutes (FUSEPACK_TEST_LEVEL=full)";
+  }
+  Dtype const dtype = Dtype::kBF16;
+  int64_t const group = c.Hv / c.Hk;
+  // the same draw for both schedules
+  std::mt19937_64 rng(seed_for("Sm90/GatedDeltaFusedLong.MatchesReferenceOnKeyHead0/bf16_" + c.name));
+  DeviceInputs d;
+  GatedDeltaInputs sub;
+  {  // the fp64 inputs of all heads (6.4 GB at 65536 tokens) live only for this scope
+    GatedDeltaInputs const in = draw(c, dtype, rng);
+    d = to_device(in, dtype, at::Device(at::kCUDA));
+    sub = key_head_0(in, group);
+  }
+  GatedDeltaRun const fused = key_head_0(run(Backend::kFused, d, c.use_qk_l2norm, schedule), group);
+  GatedDeltaRun const composite = key_head_0(run(Backend::kComposite, d, c.use_qk_l2norm), group);
+  Reference const want = reference(sub, c.use_qk_l2norm);
+  for (Compared const& x : compared(fused, composite, want, sub.cu)) FUSEPACK_EXPECT_PASS(check_output(x, dtype));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Sm90, GatedDeltaFusedLong,
+    ::testing::Combine(
+        ::testing::Values(GatedDeltaSchedule::kFullChain, GatedDeltaSchedule::kLeanChain),
+        ::testing::Values(GatedDeltaCase{"hk16_hv32_1x32768_state_dfinal", {32768}, 16, 32, 128, 128, true, true, true,
+                                         -0.05, /*full_only=*/true},
+                          GatedDeltaCase{"hk16_hv32_1x65536_state_dfinal", {65536}, 16, 32, 128, 128, true, true, true,
+                                         -0.05, true})),
+    [](auto const& tc) {
+      return std::string(dtype_name(Dtype::kBF16)) + "_" + schedule_label(std::get<0>(tc.param)) + "_" +
+             std::get<1>(tc.param).name;
+    });
+
+// ---------------------------------------------------------------------------------------------------------------
 // Bad input, refused before anything runs, with the reason.
 
 struct BadInputs {
   at::Tensor q, k, v, g, beta, cu, initial_state;
   double scale = 0.5;
   Backend backend = Backend::kComposite;
+  GatedDeltaSchedule schedule = GatedDeltaSchedule::kByShape;
   std::function<void()> call() const {
     BadInputs const b = *this;
     return [b] {
-      ops::gated_delta(b.q, b.k, b.v, b.g, b.beta, b.cu, b.scale, true, b.backend, b.initial_state, true);
+      ops::gated_delta(b.q, b.k, b.v, b.g, b.beta, b.cu, b.scale, true, b.backend, b.initial_state, true,
+                       b.schedule);
     };
   }
 };
@@ -534,6 +660,18 @@ TEST(GatedDeltaOps, RejectsBadInput) {
   wide = good_inputs(at::TensorOptions().dtype(at::kFloat), 128);
   wide.backend = Backend::kFused;
   expect_torch_error(wide.call(), "CUDA");
+}
+
+// The schedule is the fused kernels' choice: the composite has one way to compute o, so it refuses a forced one rather
+// than ignore it (a test or benchmark forcing a schedule on it would check or time something other than it asked).
+TEST(GatedDeltaComposite, RefusesAForcedSchedule) {
+  use_one_cpu_thread();
+  for (GatedDeltaSchedule schedule : {GatedDeltaSchedule::kFullChain, GatedDeltaSchedule::kLeanChain}) {
+    BadInputs b = good_inputs(at::TensorOptions().dtype(at::kFloat));
+    b.schedule = schedule;
+    expect_torch_error(b.call(), std::string("the schedule '") + gated_delta_schedule_name(schedule) +
+                                     "' is a choice of the fused kernels");
+  }
 }
 
 // fp64 q may bring g and the state in fp64 (the state is then fp64 throughout) or in fp32.

@@ -11,6 +11,7 @@
 // of reach by each op's shapes and limits), are in each op's section below.
 #include "kernels/conv1d/conv1d_widths.h"
 #include "kernels/gated_delta/gated_delta_head_dims.h"
+#include "kernels/gated_delta/gated_delta_schedule.h"
 #include "kernels/ops/attention.h"
 #include "kernels/ops/conv1d.h"
 #include "kernels/ops/gated_delta.h"
@@ -222,10 +223,13 @@ INSTANTIATE_TEST_SUITE_P(Sm90, Conv1dFusedNoLeak, ::testing::Values(Dtype::kBF16
 // N·Hv·V/columns (gated_delta_fwd.cu, launch_recurrence), and its shape of one warp per 16 value columns
 // (kKSplit = 1, V = 128 only) sums the state products (k h)ᵀ and (q h)ᵀ over K in one chain where the others
 // (kKSplit = 2) add two half-K sums. Their cost model can pick kKSplit = 1 only when the [8 warps, split 2] shape
-// needs more than one wave, N·Hv·V/64 > #SMs (N·Hv > 66 at V = 128 on a 132-SM H200): at the training shape
-// 8 × 1024 tokens with Hv = 32 the pack runs split 1 and an example alone split 2, so there isolation holds to
-// rounding only. Here N <= 4 and Hv <= 6 (N·Hv·2 <= 48 blocks): split 2 in every run. The backward's state kernel
-// also picks its width from N·Hv (64 or 128 value columns per block), which leaves each warp's arithmetic as it is.
+// needs more than one wave, N·Hv·V/64 > #SMs (N·Hv > 66 at V = 128 on a 132-SM H200). Here N <= 4 and Hv <= 6
+// (N·Hv·2 <= 48 blocks): split 2 in every full-chain run. The backward's full-chain state kernel also picks its width
+// from N·Hv (64 or 128 value columns per block), which leaves each warp's arithmetic as it is. The two schedules
+// (kernels/gated_delta/gated_delta_schedule.h: full chain, lean chain) order some sums differently, and by shape each
+// pass picks one from N·Hv as well (at 8 × 1024 tokens with Hv = 32 the pack runs the full chain at split 1, an
+// example alone the lean chain, so there isolation holds to rounding only). So each case forces one schedule, drawn
+// with the shape, for the pack and every example alone: both schedules are covered, and isolation stays bitwise.
 // Shapes: K = V from GatedDeltaHeadDims, GQA (Hv = 2 or 3 × Hk), with and without the l2 norm, an initial state and
 // the final state (with their gradients) in 3 of 4 cases each. As in the kernel tests, g in [−0.05, 0] keeps the
 // state carried across chunks (and into the next example, for the planted leak) visible, and without the l2 norm q
@@ -236,9 +240,11 @@ INSTANTIATE_TEST_SUITE_P(Sm90, Conv1dFusedNoLeak, ::testing::Values(Dtype::kBF16
 // outputs: token {o [T, Hv, V]}, example {final_state [N, Hv, K, V] or absent}.
 class FusedGatedDeltaOp : public PackedOp {
  public:
-  FusedGatedDeltaOp(props::GatedDeltaShape shape, Dtype dtype)
-      : s_(shape), dtype_(dtype), scale_(1.0 / std::sqrt(static_cast<double>(shape.K))) {}
-  std::string name() const override { return std::string("fused gated_delta in ") + dtype_name(dtype_); }
+  FusedGatedDeltaOp(props::GatedDeltaShape shape, GatedDeltaSchedule schedule, Dtype dtype)
+      : s_(shape), schedule_(schedule), dtype_(dtype), scale_(1.0 / std::sqrt(static_cast<double>(shape.K))) {}
+  std::string name() const override {
+    return std::string("fused gated_delta (") + gated_delta_schedule_name(schedule_) + ") in " + dtype_name(dtype_);
+  }
   std::vector<std::string> input_names() const override { return {"q", "k", "v", "g", "beta", "initial_state"}; }
   std::vector<std::string> output_names() const override { return {"o", "final_state"}; }
   PackTensors example_inputs(Index length, std::uint64_t seed) const override {
@@ -281,11 +287,12 @@ class FusedGatedDeltaOp : public PackedOp {
                 leaf(in.token[3], at::kFloat), leaf(in.token[4], st), leaf(in.example[0], at::kFloat)};
     auto const& l = r.leaves;
     r.out = ops::gated_delta(l[0], l[1], l[2], l[3], l[4], cu_tensor(cu), scale_, s_.use_qk_l2norm, Backend::kFused,
-                             l[5], s_.output_final_state);
+                             l[5], s_.output_final_state, schedule_);
     return r;
   }
 
   props::GatedDeltaShape s_;
+  GatedDeltaSchedule schedule_;
   Dtype dtype_;
   double scale_;
 };
@@ -307,7 +314,9 @@ char const kGatedDeltaPackWide[] =
     "fused gated_delta with the state carried across examples (cu_seqlens {0, T}: never reset)";
 
 std::shared_ptr<PackedOp const> draw_gated_delta(Dtype dtype) {
-  return std::make_shared<FusedGatedDeltaOp>(*fused_gated_delta_shape(), dtype);
+  GatedDeltaSchedule const schedule =
+      *rc::gen::element(GatedDeltaSchedule::kFullChain, GatedDeltaSchedule::kLeanChain);
+  return std::make_shared<FusedGatedDeltaOp>(*fused_gated_delta_shape(), schedule, dtype);
 }
 
 class GatedDeltaFusedNoLeak : public FusedNoLeakTest {};

@@ -36,14 +36,15 @@ static std::uint64_t splitmix64(std::uint64_t x) {
   return x ^ (x >> 31);
 }
 
-std::uint64_t test_seed() {
-  std::uint64_t h = 0xCBF29CE484222325ull;  // FNV-1a over "Suite.Name"
-  if (auto const* info = ::testing::UnitTest::GetInstance()->current_test_info()) {
-    for (char c : std::string(info->test_suite_name()) + "." + info->name()) {
-      h = (h ^ static_cast<unsigned char>(c)) * 0x100000001B3ull;
-    }
-  }
+std::uint64_t seed_for(std::string const& key) {
+  std::uint64_t h = 0xCBF29CE484222325ull;  // FNV-1a
+  for (char c : key) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001B3ull;
   return splitmix64(global_seed() ^ h);
+}
+
+std::uint64_t test_seed() {
+  auto const* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  return seed_for(info ? std::string(info->test_suite_name()) + "." + info->name() : std::string());
 }
 
 std::mt19937_64 test_rng() { return std::mt19937_64(test_seed()); }

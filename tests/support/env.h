@@ -25,5 +25,9 @@ int cases(int smoke, int full);
 // do not depend on which other tests ran before it or on the order of execution.
 std::uint64_t test_seed();
 std::mt19937_64 test_rng();
+// global_seed() mixed with `key`; test_seed() is seed_for("Suite.Name") of the running test. For a test whose
+// parameters include something its inputs must not depend on (the same inputs run through two kernel schedules),
+// seeded from a key without that parameter.
+std::uint64_t seed_for(std::string const& key);
 
 }  // namespace fusepack::test

@@ -1,0 +1,280 @@
+// Backward stage 2 for few long examples (GatedDeltaSchedule::kLeanChain): the reverse chunk recurrence of
+// gated_delta_bwd_state.cuh with two warps per 16 value columns, each carrying dhᵀ over half of the K state columns,
+// so that each warp's serial chunk step holds about half the products. Same inputs and outputs (dv, dinitial_state,
+// dh_nextᵀ in state_tile order, y as Handover<T>), same products over the same bf16 parts.
+#pragma once
+
+#include "kernels/gated_delta/gated_delta_bwd_state.cuh"
+
+#include <cstddef>
+#include <cstdint>
+
+namespace fusepack::gated_delta_bwd_detail {
+
+// Per stage as StateSmem (k, q rows, the block's do columns, P and Ainv planes, records), then the warps' exchange:
+// fp32 [slabs][partial dv_new of warp 0, of warp 1, y of warp 0, of warp 1][16 columns × 64 tokens].
+template <typename T, int K, int kSlabs>
+struct LeanStateSmem {
+  using Stage = StateSmem<T, K, kSlabs>;  // a stage of kSlabs·16 value columns
+  static constexpr int kTileFloats = 16 * kChunk;
+  static constexpr std::size_t kExchange = Stage::kBytes;
+  static constexpr std::size_t kBytes = kExchange + sizeof(float) * kSlabs * 4 * kTileFloats;
+};
+
+// A warp's [16, 64] accumulator tiles to / from the exchange, in register order (lane-contiguous).
+__device__ __forceinline__ void tile_to_smem(float const (&x)[4], float* buf, int nt, int lane) {
+#pragma unroll
+  for (int e = 0; e < 4; ++e) buf[(nt * 4 + e) * 32 + lane] = x[e];
+}
+
+// One block per (example, value head, 16·kSlabs value columns); a slab of two warps owns 16 columns, warp kh the state
+// columns K/2·kh.. Per chunk, last first (transposed frame: rows the slab's value columns, columns the chunk's tokens):
+//   dh_next out (each warp its half);
+//   dv_newᵀ = Σ_kh [kBrSrk ⊙ (dhᵀ kᵀ over half kh) + doᵀ P on warp kh's token blocks] (summed through shared memory,
+//   the same sum in both warps); yᵀ = dv_newᵀ Ainv on the warp's token blocks, y and dv out, (kBrCy ⊙ y) exchanged;
+//   dhᵀ ← e^{G_last} dhᵀ + (kBrCq ⊙ do)ᵀ q + (kBrCy ⊙ y)ᵀ k over the warp's half.
+// The warps of a block meet at block barriers (the slabs work in step).
+template <typename T, int K, int kSlabs>
+__global__ void __launch_bounds__(kSlabs * 64, 1)
+    gated_delta_bwd_state_lean(GatedDeltaBwdParams p, __nv_bfloat16 const* P_planes, float const* rec, float* dh_out,
+                               Handover<T>* y_out) {
+  using Sm = LeanStateSmem<T, K, kSlabs>;
+  using St = typename Sm::Stage;
+  using Pol = SplitPolicy<T>;
+  constexpr int kBThreads = kSlabs * 64, kBV = St::kBV, kKW = K / 2, kStateTiles = kKW / 8;
+  constexpr int kPF = Pol::kOrder + 1, kPR = Pol::kRawParts, kOrder = Pol::kOrder;
+  extern __shared__ __align__(16) unsigned char gd_state_smem[];
+
+  int const tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  int const slab = warp / 2, kh = warp % 2;
+  int const Hk = p.Hk, Hv = p.Hv, V = p.V, tiles = V / kBV;
+  std::int64_t bid = blockIdx.x;
+  int const vtile = static_cast<int>(bid % tiles);
+  bid /= tiles;
+  int const j = static_cast<int>(bid % Hv);
+  int const n = static_cast<int>(bid / Hv);
+  int const khead = j / (Hv / Hk);
+  int const v0 = vtile * kBV, wc = 16 * slab;  // the block's and the slab's first value column
+  int const d0 = kh * kKW;                     // the warp's first state column
+  GatedDeltaChunks const table = gated_delta_chunks(p);
+  int const c_first = table.first_chunk(n), c_end = table.first_chunk(n + 1);
+  std::int64_t const bos = p.cu_seqlens[n], eos = p.cu_seqlens[n + 1];  // chunk c starts at bos + 64·(c − c_first)
+  auto const* k = static_cast<T const*>(p.k);
+  auto const* q = static_cast<T const*>(p.q);
+  auto const* dout = static_cast<T const*>(p.dout);
+  auto* dv = static_cast<T*>(p.dv);
+  auto const* A_planes = reinterpret_cast<__nv_bfloat16 const*>(p.Ainv);
+  float* const exchange = reinterpret_cast<float*>(gd_state_smem + Sm::kExchange) + slab * 4 * Sm::kTileFloats;
+  float* const x_mine = exchange + kh * Sm::kTileFloats;
+  float const* const x_other = exchange + (kh ^ 1) * Sm::kTileFloats;
+  float* const y_mine = exchange + (2 + kh) * Sm::kTileFloats;
+  float const* const y_other = exchange + (2 + (kh ^ 1)) * Sm::kTileFloats;
+
+  // dhᵀ[v0 + wc + g + 8·(e>>1)][d0 + 8·nt + 2t + (e&1)] in dh[nt][e]; state tensors are [.., K, V].
+  float dh[kStateTiles][4];
+  std::int64_t const state_off = (std::int64_t(n) * Hv + j) * K * V + v0 + wc + g;
+#pragma unroll
+  for (int nt = 0; nt < kStateTiles; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      int const d = d0 + 8 * nt + 2 * t + (e & 1), vr = 8 * (e >> 1);
+      dh[nt][e] = p.dfinal_state != nullptr ? p.dfinal_state[state_off + std::int64_t(d) * V + vr] : 0.0f;
+    }
+  }
+
+  // Chunk c into stage s: k, q rows, the block's do columns, the P and Ainv planes, the records (zeros past L).
+  auto issue = [&](int c, int s) {
+    unsigned char* base = gd_state_smem + s * St::kStage;
+    std::int64_t const t0 = bos + std::int64_t(c - c_first) * kChunk;
+    int const L = static_cast<int>(eos - t0 < kChunk ? eos - t0 : kChunk);
+    constexpr int kRowT = int(sizeof(T)) * K, kLdT = int(sizeof(T)) * St::kLdK;
+    copy_rows_async<kChunk, kRowT, kBThreads>(base + St::kKTile, kLdT, k + (t0 * Hk + khead) * K, sizeof(T) * Hk * K,
+                                              L);
+    copy_rows_async<kChunk, kRowT, kBThreads>(base + St::kQTile, kLdT, q + (t0 * Hk + khead) * K, sizeof(T) * Hk * K,
+                                              L);
+    copy_rows_async<kChunk, int(sizeof(T)) * kBV, kBThreads>(base + St::kDoTile, int(sizeof(T)) * St::kLdV,
+                                                             dout + (t0 * Hv + j) * V + v0, sizeof(T) * Hv * V, L);
+#pragma unroll
+    for (int part = 0; part < kPF; ++part) {
+      constexpr int kRowP = 2 * kChunk, kLdP = 2 * kLdSq;
+      copy_rows_async<kChunk, kRowP, kBThreads>(base + St::kPPlanes + 2 * part * kPlane, kLdP,
+                                                P_planes + ((std::int64_t(c) * Hv + j) * kPF + part) * kChunk * kChunk,
+                                                kRowP, kChunk);
+      copy_rows_async<kChunk, kRowP, kBThreads>(base + St::kAPlanes + 2 * part * kPlane, kLdP,
+                                                A_planes + ((t0 * Hv + j) * kPF + part) * kChunk,
+                                                2 * std::int64_t(Hv) * kPF * kChunk, L);
+    }
+    copy_rows_async<kChunk, 4 * kBwdRecord, kBThreads>(base + St::kRec, 4 * kBwdRecord,
+                                                       rec + (t0 * Hv + j) * kBwdRecord,
+                                                       4 * std::int64_t(Hv) * kBwdRecord, L);
+  };
+
+  if (c_end > c_first) issue(c_end - 1, 0);
+  cp_async_commit();
+  for (int c = c_end - 1, it = 0; c >= c_first; --c, ++it) {
+    int const s = St::kStages == 2 ? (it & 1) : 0;
+    cp_async_wait_all();
+    __syncthreads();  // stage s has landed for every thread; every read of the other stage (the chunk after) is done
+    if constexpr (St::kStages == 2) {
+      if (c > c_first) issue(c - 1, s ^ 1);
+      cp_async_commit();
+    }
+    unsigned char const* base = gd_state_smem + s * St::kStage;
+    T const* k_tile = reinterpret_cast<T const*>(base + St::kKTile);
+    T const* q_tile = reinterpret_cast<T const*>(base + St::kQTile);
+    T const* do_tile = reinterpret_cast<T const*>(base + St::kDoTile);
+    auto const* P_s = reinterpret_cast<__nv_bfloat16 const*>(base + St::kPPlanes);
+    auto const* A_s = reinterpret_cast<__nv_bfloat16 const*>(base + St::kAPlanes);
+    float const* rec_s = reinterpret_cast<float const*>(base + St::kRec);
+    std::int64_t const t0 = bos + std::int64_t(c - c_first) * kChunk;
+    int const L = static_cast<int>(eos - t0 < kChunk ? eos - t0 : kChunk);
+    auto const rec_at = [&](int i, int field) { return rec_s[i * kBwdRecord + field]; };
+
+    // This warp's part of dv_newᵀ: kBrSrk ⊙ (dhᵀ kᵀ) over its state columns (dh_next out on the way, two 16-byte
+    // stores per k-step), plus doᵀ P on its token blocks.
+    float* const dh_next =
+        dh_out + (std::int64_t(c) * Hv + j) * V * K + state_tile(K, (v0 + wc) / 16, d0 / 8) + 4 * lane;
+    float x[8][4] = {};
+#pragma unroll
+    for (int ks = 0; ks < kKW / 16; ++ks) {
+#pragma unroll
+      for (int nt = 2 * ks; nt < 2 * ks + 2; ++nt) {
+        *reinterpret_cast<float4*>(dh_next + state_tile(K, 0, nt)) =
+            make_float4(dh[nt][0], dh[nt][1], dh[nt][2], dh[nt][3]);
+      }
+      std::uint32_t a[kPF][4];
+      a_from_acc<kPF>(dh[2 * ks], dh[2 * ks + 1], a);
+#pragma unroll
+      for (int np = 0; np < 4; ++np) {
+        if (16 * np < L) {
+          std::uint32_t b0[kPR][2], b1[kPR][2];
+          load_b_cols_x2<T, kPR>(k_tile, St::kLdK, 16 * np, d0 + 16 * ks, lane, b0, b1);
+          mma_split<kOrder>(x[2 * np], a, b0);
+          mma_split<kOrder>(x[2 * np + 1], a, b1);
+        }
+      }
+    }
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) x[nt][e] *= rec_at(8 * nt + 2 * t + (e & 1), kBrSrk);
+    }
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) {  // token blocks r of doᵀ; P[r][i] = 0 for i > r
+      if (16 * ks < L && (kh == 0 || ks > 0)) {  // the second warp's blocks {1, 2} need r >= 1
+        float f[8];
+        load_a_trans_floats<T>(do_tile, St::kLdV, wc, 16 * ks, lane, f);
+        std::uint32_t a[kPR][4];
+        a_from_floats<kPR>(f, a);
+#pragma unroll
+        for (int np = 0; np <= ks; ++np) {
+          if (lean_owns_token_block(kh, np)) {
+            std::uint32_t b0[kPF][2], b1[kPF][2];
+            load_b_planes_rows_x2<kPF>(P_s, kPlane, kLdSq, 16 * ks, 16 * np, lane, b0, b1);
+            mma_split<kOrder>(x[2 * np], a, b0);
+            mma_split<kOrder>(x[2 * np + 1], a, b1);
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) tile_to_smem(x[nt], x_mine, nt, lane);
+    __syncthreads();
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) x[nt][e] += x_other[(nt * 4 + e) * 32 + lane];
+    }
+
+    // yᵀ = dv_newᵀ Ainv on the warp's token blocks (Ainv[r][i] = 0 for i > r); y and dv out.
+    float y[8][4] = {};
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) {
+      if (16 * ks < L && (kh == 0 || ks > 0)) {
+        std::uint32_t a[kPF][4];
+        a_from_acc<kPF>(x[2 * ks], x[2 * ks + 1], a);
+#pragma unroll
+        for (int np = 0; np <= ks; ++np) {
+          if (lean_owns_token_block(kh, np)) {
+            std::uint32_t b0[kPF][2], b1[kPF][2];
+            load_b_planes_rows_x2<kPF>(A_s, kPlane, kLdSq, 16 * ks, 16 * np, lane, b0, b1);
+            mma_split<kOrder>(y[2 * np], a, b0);
+            mma_split<kOrder>(y[2 * np + 1], a, b1);
+          }
+        }
+      }
+    }
+    {
+      std::int64_t const o = (t0 * Hv + j) * V + v0 + wc, stride = std::int64_t(Hv) * V;
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+        if (lean_owns_token_block(kh, nt / 2)) {
+          float dv_t[4];
+#pragma unroll
+          for (int e = 0; e < 4; ++e) dv_t[e] = rec_at(8 * nt + 2 * t + (e & 1), kBrBeta) * y[nt][e];
+          store_tile_pairs(y[nt], lane, y_out + o, stride, 8 * nt, L);
+          store_tile_pairs(dv_t, lane, dv + o, stride, 8 * nt, L);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) y[nt][e] *= rec_at(8 * nt + 2 * t + (e & 1), kBrCy);
+          tile_to_smem(y[nt], y_mine, nt, lane);
+        }
+      }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+      if (!lean_owns_token_block(kh, nt / 2)) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) y[nt][e] = y_other[(nt * 4 + e) * 32 + lane];
+      }
+    }
+
+    // dhᵀ ← e^{G_last} dhᵀ + (kBrCq ⊙ do)ᵀ q + (kBrCy ⊙ y)ᵀ k over the warp's state columns.
+    float const gamma = rec_at(0, kBrGamma);
+#pragma unroll
+    for (int nt = 0; nt < kStateTiles; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dh[nt][e] *= gamma;
+    }
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) {
+      if (16 * ks < L) {
+        float f[8];
+        load_a_trans_floats<T>(do_tile, St::kLdV, wc, 16 * ks, lane, f);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) f[e] *= rec_at(16 * ks + 8 * (e >> 2) + 2 * t + (e & 1), kBrCq);
+        std::uint32_t aq[kPF][4], ay[kPF][4];
+        a_from_floats<kPF>(f, aq);
+        a_from_acc<kPF>(y[2 * ks], y[2 * ks + 1], ay);
+#pragma unroll
+        for (int np = 0; np < kKW / 16; ++np) {
+          std::uint32_t b0[kPR][2], b1[kPR][2];
+          load_b_rows_x2<T, kPR>(q_tile, St::kLdK, 16 * ks, d0 + 16 * np, lane, b0, b1);
+          mma_split<kOrder>(dh[2 * np], aq, b0);
+          mma_split<kOrder>(dh[2 * np + 1], aq, b1);
+          load_b_rows_x2<T, kPR>(k_tile, St::kLdK, 16 * ks, d0 + 16 * np, lane, b0, b1);
+          mma_split<kOrder>(dh[2 * np], ay, b0);
+          mma_split<kOrder>(dh[2 * np + 1], ay, b1);
+        }
+      }
+    }
+    if constexpr (St::kStages == 1) {
+      __syncthreads();  // every warp is done with the stage
+      if (c > c_first) issue(c - 1, 0);
+      cp_async_commit();
+    }
+  }
+
+  if (p.dinitial_state != nullptr) {
+#pragma unroll
+    for (int nt = 0; nt < kStateTiles; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        int const d = d0 + 8 * nt + 2 * t + (e & 1), vr = 8 * (e >> 1);
+        p.dinitial_state[state_off + std::int64_t(d) * V + vr] = dh[nt][e];
+      }
+    }
+  }
+}
+
+}  // namespace fusepack::gated_delta_bwd_detail

@@ -1,0 +1,367 @@
+// Device code of the forward's kLeanChain schedule (gated_delta_schedule.h): the state chain, which carries
+// only the state from chunk to chunk, and the per-chunk output kernel, which computes o and P for every chunk at once
+// from the states the chain left. For few long examples, where the chain is the whole time: the output's products (q h,
+// P, P v_new) leave the serial path, and the chain's two warps per 16 value columns share v_new's rows as well as the
+// state's columns. Same numerics as the in-chain recurrence (gated_delta_fwd_kernels.cuh): the state and v_new in
+// fp32, every product over the same bf16 parts. gated_delta_fwd.cu launches.
+#pragma once
+
+#include "kernels/gated_delta/gated_delta_fwd_kernels.cuh"
+
+namespace fusepack::gated_delta_fwd_detail {
+
+// v_new as the chain hands it to the output kernel: fp32 [NC, Hv, V/16, 8 token tiles, 128], each 16-column block's
+// [16, 64] accumulator tiles in register order (lane l's four floats of token tile nt at nt·128 + 4·l), so both
+// kernels move a tile with one coalesced 16-byte access per lane. Rows past a chunk's end hold zeros.
+__host__ __device__ constexpr std::int64_t vn_tile_offset(std::int64_t chunk_head, int V, int vb) {
+  return (chunk_head * (V / 16) + vb) * 8 * 128;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Kernel 3, the state chain: one block per (example, value head, tile of 16·kSlabs value columns), sequential over the
+// example's chunks. A slab of two warps owns 16 value columns and keeps hᵀ [16, K] in fp32 registers, each warp K/2
+// of the state columns. Per chunk, with h the state entering it:
+//   X = (k h)ᵀ (each warp over its K half; the halves added through shared memory, X_0 + X_1 in both warps);
+//   Y_i = β_i (v_i − e^{G_i} rstd_k_i X_i); v_new = Ainv Y, the first warp the 16-token row blocks {0, 3}, the second
+//   {1, 2} (5 of the 10 lower-triangular tile products each), exchanged through shared memory;
+//   hᵀ ← e^{G_last} hᵀ + (rstd_k e^{G_last − G} ⊙ v_new)ᵀ k over the warp's K half.
+// Out: h entering every chunk (`h_out`: p.h when saving, the workspace otherwise; tile order, state_tile) and v_new
+// (vn_tile_offset), and the final state. The next chunk's k rows, v columns, Ainv planes and records stream into the
+// other stage (cp.async) while this one computes. The warps of a block meet at block barriers.
+
+template <typename T, int kK, int kSlabs>
+struct ChainSmem {
+  static constexpr int kParts = SplitPolicy<T>::kOrder + 1;  // bf16 planes of Ainv
+  static constexpr int kBV = 16 * kSlabs;
+  static constexpr int kLdK = kK + kLdPad;
+  static constexpr int kLdV = kBV + kLdPad;
+  static constexpr int kTileFloats = 16 * kChunk;  // one warp's [16 columns, 64 tokens] accumulator tiles
+  static constexpr std::size_t kKTile = 0;                                              // T [64][kLdK]
+  static constexpr std::size_t kVTile = kKTile + sizeof(T) * kChunk * kLdK;            // T [64][kLdV]
+  static constexpr std::size_t kPlanes = align16(kVTile + sizeof(T) * kChunk * kLdV);  // bf16 [parts][64][kLdSq]
+  static constexpr std::size_t kRec = kPlanes + 2 * kParts * kPlane;                   // fp32 [64][kRecord]
+  static constexpr std::size_t kStage = kRec + sizeof(float) * kChunk * kRecord;       // one chunk's inputs
+  // fp32 [slabs][X of warp 0, X of warp 1, v_new's two row blocks of warp 0, of warp 1]: 3 · kTileFloats per slab
+  static constexpr std::size_t kExchange = 2 * kStage;
+  static constexpr std::size_t kBytes = kExchange + sizeof(float) * kSlabs * 3 * kTileFloats;
+};
+
+template <typename T, int kK, int kSlabs>
+__global__ void __launch_bounds__(kSlabs * 64, 1)
+    gated_delta_fwd_state_chain(GatedDeltaFwdParams p, float const* rec, __nv_bfloat16 const* ainv_planes,
+                                float* h_out, float* vn_tiles) {
+  using Sm = ChainSmem<T, kK, kSlabs>;
+  using Pol = SplitPolicy<T>;
+  constexpr int kThreads = kSlabs * 64, kBV = Sm::kBV, kKW = kK / 2;  // state columns of a warp
+  constexpr int kStateTiles = kKW / 8;
+  constexpr int kPF = Pol::kOrder + 1, kPR = Pol::kRawParts;
+  extern __shared__ __align__(16) unsigned char gd_smem[];
+
+  int const tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  int const slab = warp / 2, kh = warp % 2;
+  int const Hk = p.Hk, Hv = p.Hv, V = p.V, tiles = V / kBV;
+  std::int64_t bid = blockIdx.x;
+  int const vtile = static_cast<int>(bid % tiles);
+  bid /= tiles;
+  int const hv = static_cast<int>(bid % Hv);
+  int const n = static_cast<int>(bid / Hv);
+  int const hk = hv / (Hv / Hk);
+  int const v0 = vtile * kBV;          // first value column of the block
+  int const wc = 16 * slab;            // the slab's columns within the block's tile
+  int const vb = (v0 + wc) / 16;       // the slab's 16-column block of V
+  int const d0 = kh * kKW;             // the warp's first state column (key dimension)
+  std::int64_t const bos = p.cu_seqlens[n], eos = p.cu_seqlens[n + 1];
+  int const chunks = static_cast<int>((eos - bos + kChunk - 1) / kChunk);
+  int const chunk0 = gated_delta_chunks(p).first_chunk(n);
+  auto const* k = static_cast<T const*>(p.k);
+  auto const* v = static_cast<T const*>(p.v);
+  float* const exchange = reinterpret_cast<float*>(gd_smem + Sm::kExchange) + slab * 3 * Sm::kTileFloats;
+  float* const x_mine = exchange + kh * Sm::kTileFloats;
+  float const* const x_other = exchange + (kh ^ 1) * Sm::kTileFloats;
+  // A warp's two row blocks of v_new, in register order: row block np at slot np / 2 (both {0, 3} and {1, 2} map to
+  // slots 0 and 1).
+  float* const vn_mine = exchange + 2 * Sm::kTileFloats + kh * (Sm::kTileFloats / 2);
+  float const* const vn_other = exchange + 2 * Sm::kTileFloats + (kh ^ 1) * (Sm::kTileFloats / 2);
+  auto const vn_slot = [&](int nt, int e) { return ((((nt >> 2) << 1) | (nt & 1)) * 4 + e) * 32 + lane; };
+
+  // hᵀ[v0 + wc + g + 8·(e>>1)][d0 + 8·nt + 2t + (e&1)] in h[nt][e]; state tensors are [.., K, V].
+  float h[kStateTiles][4];
+  std::int64_t const state_off = (std::int64_t(n) * Hv + hv) * kK * V + v0 + wc + g;
+#pragma unroll
+  for (int nt = 0; nt < kStateTiles; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      int const d = d0 + 8 * nt + 2 * t + (e & 1), vr = 8 * (e >> 1);
+      h[nt][e] = p.initial_state != nullptr ? p.initial_state[state_off + std::int64_t(d) * V + vr] : 0.0f;
+    }
+  }
+
+  // Chunk `it` of the example into stage s: k rows, the block's v columns, Ainv planes and records (zeros past L).
+  auto issue = [&](int it, int s) {
+    unsigned char* base = gd_smem + s * Sm::kStage;
+    std::int64_t const t0 = bos + std::int64_t(it) * kChunk;
+    int const L = static_cast<int>(eos - t0 < kChunk ? eos - t0 : kChunk);
+    copy_rows_async<kChunk, int(sizeof(T)) * kK, kThreads>(base + Sm::kKTile, int(sizeof(T)) * Sm::kLdK,
+                                                           k + (t0 * Hk + hk) * kK, sizeof(T) * std::int64_t(Hk) * kK,
+                                                           L);
+    copy_rows_async<kChunk, int(sizeof(T)) * kBV, kThreads>(base + Sm::kVTile, int(sizeof(T)) * Sm::kLdV,
+                                                            v + (t0 * Hv + hv) * V + v0, sizeof(T) * Hv * V, L);
+#pragma unroll
+    for (int part = 0; part < kPF; ++part) {
+      copy_rows_async<kChunk, 2 * kChunk, kThreads>(base + Sm::kPlanes + 2 * part * kPlane, 2 * kLdSq,
+                                                    ainv_planes + ((t0 * Hv + hv) * kPF + part) * kChunk,
+                                                    2 * std::int64_t(Hv) * kPF * kChunk, L);
+    }
+    copy_rows_async<kChunk, 4 * kRecord, kThreads>(base + Sm::kRec, 4 * kRecord, rec + (t0 * Hv + hv) * kRecord,
+                                                   4 * std::int64_t(Hv) * kRecord, L);
+  };
+
+  if (chunks > 0) issue(0, 0);
+  cp_async_commit();
+  for (int it = 0; it < chunks; ++it) {
+    int const s = it & 1;
+    cp_async_wait_all();
+    __syncthreads();  // stage s has landed for every thread; every read of stage s^1 (the previous chunk) is done
+    if (it + 1 < chunks) issue(it + 1, s ^ 1);
+    cp_async_commit();
+
+    unsigned char* base = gd_smem + s * Sm::kStage;
+    T const* k_tile = reinterpret_cast<T const*>(base + Sm::kKTile);
+    T const* v_tile = reinterpret_cast<T const*>(base + Sm::kVTile);
+    __nv_bfloat16 const* planes = reinterpret_cast<__nv_bfloat16 const*>(base + Sm::kPlanes);
+    float const* rec_tile = reinterpret_cast<float const*>(base + Sm::kRec);
+    std::int64_t const t0 = bos + std::int64_t(it) * kChunk;
+    int const L = static_cast<int>(eos - t0 < kChunk ? eos - t0 : kChunk);
+    std::int64_t const chunk_head = std::int64_t(chunk0 + it) * Hv + hv;
+
+    // X = (k h)ᵀ over the warp's state columns (A = the state slab, B = the raw k rows; token tiles past L are zero).
+    // The state entering the chunk goes out on the way, one 16-byte store per tile among the products.
+    float* const hc = h_out + chunk_head * V * kK + state_tile(kK, vb, d0 / 8) + 4 * lane;
+    float x[8][4] = {};
+#pragma unroll
+    for (int ks = 0; ks < kKW / 16; ++ks) {
+#pragma unroll
+      for (int nt = 2 * ks; nt < 2 * ks + 2; ++nt) {
+        *reinterpret_cast<float4*>(hc + state_tile(kK, 0, nt)) = make_float4(h[nt][0], h[nt][1], h[nt][2], h[nt][3]);
+      }
+      std::uint32_t a[kPF][4];
+      a_from_acc<kPF>(h[2 * ks], h[2 * ks + 1], a);
+#pragma unroll
+      for (int np = 0; np < 4; ++np) {
+        if (16 * np < L) {
+          std::uint32_t b0[kPR][2], b1[kPR][2];
+          load_b_cols_x2<T, kPR>(k_tile, Sm::kLdK, 16 * np, d0 + 16 * ks, lane, b0, b1);
+          mma_split<Pol::kOrder>(x[2 * np], a, b0);
+          mma_split<Pol::kOrder>(x[2 * np + 1], a, b1);
+        }
+      }
+    }
+    tiles_to_smem(x, x_mine, lane);
+    __syncthreads();  // the slabs work in step
+    tiles_add_smem(x, x_other, lane);  // X_kh + X_other: the same sum in both warps (fp32 addition commutes)
+
+    // Y_i = β_i (v_i − e^{G_i} rstd_k_i X_i) in place of X; then this warp's row blocks of v_new = Ainv Y.
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        int const i = 8 * nt + 2 * t + (e & 1), col = wc + g + 8 * (e >> 1);
+        float const* ri = rec_tile + i * kRecord;
+        x[nt][e] = ri[kRecBeta] * (to_float(v_tile[i * Sm::kLdV + col]) - ri[kRecA] * x[nt][e]);
+      }
+    }
+    float vn[8][4] = {};
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) {
+      if (kh == 0 || ks < 3) {  // the second warp's blocks {1, 2} need Y's blocks 0..2 only
+        std::uint32_t a[kPF][4];
+        a_from_acc<kPF>(x[2 * ks], x[2 * ks + 1], a);
+#pragma unroll
+        for (int np = ks; np < 4; ++np) {  // Ainv is lower-triangular
+          if (lean_owns_token_block(kh, np)) {
+            std::uint32_t b0[kPF][2], b1[kPF][2];
+            load_b_planes_x2<kPF>(planes, 16 * np, 16 * ks, lane, b0, b1);
+            mma_split<Pol::kOrder>(vn[2 * np], a, b0);
+            mma_split<Pol::kOrder>(vn[2 * np + 1], a, b1);
+          }
+        }
+      }
+    }
+    // This warp's blocks out (the output kernel's v_new) and to the partner; the partner's blocks in.
+    float* const vt = vn_tiles + vn_tile_offset(chunk_head, V, vb) + 4 * lane;
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+      if (lean_owns_token_block(kh, nt / 2)) {
+        *reinterpret_cast<float4*>(vt + nt * 128) = make_float4(vn[nt][0], vn[nt][1], vn[nt][2], vn[nt][3]);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) vn_mine[vn_slot(nt, e)] = vn[nt][e];
+      }
+    }
+    __syncthreads();  // the slabs work in step
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+      if (!lean_owns_token_block(kh, nt / 2)) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) vn[nt][e] = vn_other[vn_slot(nt, e)];
+      }
+    }
+
+    // hᵀ ← e^{G_last} hᵀ + (rstd_k e^{G_last − G} ⊙ v_new)ᵀ k, each warp over its state columns.
+    float const decay = rec_tile[kRecDecay];
+#pragma unroll
+    for (int nt = 0; nt < kStateTiles; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) h[nt][e] *= decay;
+    }
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) vn[nt][e] *= rec_tile[(8 * nt + 2 * t + (e & 1)) * kRecord + kRecD];
+    }
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) {
+      if (16 * ks < L) {
+        std::uint32_t a[kPF][4];
+        a_from_acc<kPF>(vn[2 * ks], vn[2 * ks + 1], a);
+#pragma unroll
+        for (int np = 0; np < kStateTiles / 2; ++np) {
+          std::uint32_t b0[kPR][2], b1[kPR][2];
+          load_b_rows_x2<T, kPR>(k_tile, Sm::kLdK, 16 * ks, d0 + 16 * np, lane, b0, b1);
+          mma_split<Pol::kOrder>(h[2 * np], a, b0);
+          mma_split<Pol::kOrder>(h[2 * np + 1], a, b1);
+        }
+      }
+    }
+  }
+
+  if (p.final_state != nullptr) {
+#pragma unroll
+    for (int nt = 0; nt < kStateTiles; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        int const d = d0 + 8 * nt + 2 * t + (e & 1), vr = 8 * (e >> 1);
+        p.final_state[state_off + std::int64_t(d) * V + vr] = h[nt][e];
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Kernel 4, the output: one block per (chunk, value head), K/16 warps, warp w on value columns 16w..16w+15 (K = V).
+// From the chunk's q and k rows, its records, the state entering it (h) and its v_new (both from the chain):
+//   P as in the in-chain recurrence (build_p_planes), saved for the backward of 16-bit runs;
+//   o = scale rstd_q e^{G} (q h) + P v_new, over the same parts and in the same order as the in-chain recurrence's
+//   one-warp-per-16-columns shape; v_new out to p.v_new in its hand-over type when saving.
+template <typename T, int kK>
+struct OutputSmem {
+  static constexpr int kParts = SplitPolicy<T>::kOrder + 1;  // bf16 planes of P
+  static constexpr int kLdK = kK + kLdPad;
+  static constexpr std::size_t kQTile = 0;                                              // T [64][kLdK]
+  static constexpr std::size_t kKTile = kQTile + sizeof(T) * kChunk * kLdK;            // T [64][kLdK]
+  static constexpr std::size_t kPlanes = align16(kKTile + sizeof(T) * kChunk * kLdK);  // bf16 [parts][64][kLdSq]
+  static constexpr std::size_t kRec = kPlanes + 2 * kParts * kPlane;                   // fp32 [64][kRecord]
+  static constexpr std::size_t kBytes = kRec + sizeof(float) * kChunk * kRecord;
+};
+
+template <typename T, int kK>
+__global__ void __launch_bounds__(kK * 2, 2) gated_delta_fwd_chunk_output(GatedDeltaFwdParams p, float const* rec,
+                                                                          float const* h_in, float const* vn_tiles) {
+  using Sm = OutputSmem<T, kK>;
+  using Pol = SplitPolicy<T>;
+  constexpr int kWarps = kK / 16, kThreads = kWarps * 32, kStateTiles = kK / 8;
+  constexpr int kPF = Pol::kOrder + 1, kPR = Pol::kRawParts;
+  extern __shared__ __align__(16) unsigned char gd_smem[];
+
+  int const tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, t = lane & 3;
+  int const Hk = p.Hk, Hv = p.Hv, V = p.V;
+  int const hv = static_cast<int>(blockIdx.x % Hv), c = static_cast<int>(blockIdx.x / Hv);
+  int const hk = hv / (Hv / Hk);
+  GatedDeltaChunks const table = gated_delta_chunks(p);
+  std::int64_t const t0 = table.start(c);
+  int const L = table.len(c);
+  std::int64_t const chunk_head = std::int64_t(c) * Hv + hv;
+  T* const q_tile = reinterpret_cast<T*>(gd_smem + Sm::kQTile);
+  T* const k_tile = reinterpret_cast<T*>(gd_smem + Sm::kKTile);
+  __nv_bfloat16* const planes = reinterpret_cast<__nv_bfloat16*>(gd_smem + Sm::kPlanes);
+  float* const rec_tile = reinterpret_cast<float*>(gd_smem + Sm::kRec);
+
+  std::int64_t const qk0 = (t0 * Hk + hk) * kK, qk_stride = sizeof(T) * std::int64_t(Hk) * kK;
+  copy_rows_async<kChunk, int(sizeof(T)) * kK, kThreads>(q_tile, int(sizeof(T)) * Sm::kLdK,
+                                                         static_cast<T const*>(p.q) + qk0, qk_stride, L);
+  copy_rows_async<kChunk, int(sizeof(T)) * kK, kThreads>(k_tile, int(sizeof(T)) * Sm::kLdK,
+                                                         static_cast<T const*>(p.k) + qk0, qk_stride, L);
+  copy_rows_async<kChunk, 4 * kRecord, kThreads>(rec_tile, 4 * kRecord, rec + (t0 * Hv + hv) * kRecord,
+                                                 4 * std::int64_t(Hv) * kRecord, L);
+  cp_async_commit();
+
+  cp_async_wait_all();
+  __syncthreads();  // q, k and the records have landed
+
+  build_p_planes<T, kK, kWarps>(q_tile, k_tile, Sm::kLdK, rec_tile, planes, L, warp, lane);
+
+  // Z = (q h)ᵀ over all K (this warp's state slab hᵀ [16, K] read in two halves of K, one 16-byte load per tile and
+  // lane, to stay within the registers of two blocks per multiprocessor), scaled by scale rstd_q e^{G} per token.
+  float z[8][4] = {};
+  float const* const hc = h_in + chunk_head * V * kK + state_tile(kK, warp, 0) + 4 * lane;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    float h[kStateTiles / 2][4];
+#pragma unroll
+    for (int nt = 0; nt < kStateTiles / 2; ++nt) {
+      float4 const f = *reinterpret_cast<float4 const*>(hc + state_tile(kK, 0, half * kStateTiles / 2 + nt));
+      h[nt][0] = f.x, h[nt][1] = f.y, h[nt][2] = f.z, h[nt][3] = f.w;
+    }
+#pragma unroll
+    for (int ks = 0; ks < kK / 32; ++ks) {
+      std::uint32_t a[kPF][4];
+      a_from_acc<kPF>(h[2 * ks], h[2 * ks + 1], a);
+#pragma unroll
+      for (int np = 0; np < 4; ++np) {
+        if (16 * np < L) {
+          std::uint32_t b0[kPR][2], b1[kPR][2];
+          load_b_cols_x2<T, kPR>(q_tile, Sm::kLdK, 16 * np, half * kK / 2 + 16 * ks, lane, b0, b1);
+          mma_split<Pol::kOrder>(z[2 * np], a, b0);
+          mma_split<Pol::kOrder>(z[2 * np + 1], a, b1);
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) z[nt][e] *= rec_tile[(8 * nt + 2 * t + (e & 1)) * kRecord + kRecC];
+  }
+  float vn[8][4];  // this warp's v_new [16 columns, 64 tokens]
+  float const* const vt = vn_tiles + vn_tile_offset(chunk_head, V, warp) + 4 * lane;
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) {
+    float4 const f = *reinterpret_cast<float4 const*>(vt + nt * 128);
+    vn[nt][0] = f.x, vn[nt][1] = f.y, vn[nt][2] = f.z, vn[nt][3] = f.w;
+  }
+  __syncthreads();  // P complete
+  if (p.save) save_p_planes<T, kThreads>(planes, p.P, chunk_head, tid);
+
+  // o = Z + P v_new, out as pairs of adjacent value columns; v_new out in its hand-over type when saving.
+  std::int64_t const row0 = (t0 * Hv + hv) * V + 16 * warp;
+#pragma unroll
+  for (int ks = 0; ks < 4; ++ks) {
+    std::uint32_t a[kPF][4];
+    a_from_acc<kPF>(vn[2 * ks], vn[2 * ks + 1], a);
+#pragma unroll
+    for (int np = ks; np < 4; ++np) {  // P is lower-triangular
+      std::uint32_t b0[kPF][2], b1[kPF][2];
+      load_b_planes_x2<kPF>(planes, 16 * np, 16 * ks, lane, b0, b1);
+      mma_split<Pol::kOrder>(z[2 * np], a, b0);
+      mma_split<Pol::kOrder>(z[2 * np + 1], a, b1);
+    }
+  }
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) {
+    store_tile_pairs(z[nt], lane, static_cast<T*>(p.o) + row0, std::int64_t(Hv) * V, 8 * nt, L);
+    if (p.save) {
+      store_tile_pairs(vn[nt], lane, static_cast<Handover<T>*>(p.v_new) + row0, std::int64_t(Hv) * V, 8 * nt, L);
+    }
+  }
+}
+
+}  // namespace fusepack::gated_delta_fwd_detail
