@@ -10,7 +10,6 @@
 #include "kernels/gated_delta/gated_delta_bwd_chunk.cuh"
 #include "kernels/gated_delta/gated_delta_bwd_intra.cuh"
 #include "kernels/gated_delta/gated_delta_bwd_state.cuh"
-#include "kernels/gated_delta/gated_delta_bwd_state_lean.cuh"
 #include "kernels/gated_delta/gated_delta_head_dims.h"
 
 #include <algorithm>
@@ -119,45 +118,26 @@ static_assert(smem_fits(GatedDeltaHeadDims{}), "the backward's blocks need more 
 // gated_delta_handover_bytes (the host's sizes of v_new and y) agrees with the kernels' Handover.
 static_assert(sizeof(Handover<__nv_bfloat16>) == 2 && sizeof(Handover<__half>) == 4 && sizeof(Handover<float>) == 4);
 
-template <typename T, int K, int kBWarps>
+// One block of kSlabs slabs of 16 value columns, each slab kKSplit warps (gated_delta_bwd_state.cuh).
+template <typename T, int K, int kSlabs, int kKSplit>
 void launch_state(GatedDeltaBwdParams const& p, __nv_bfloat16 const* P_planes, float const* rec, float* dh,
                   Handover<T>* y, cudaStream_t stream) {
-  using Sm = StateSmem<T, K, kBWarps>;
-  auto const kernel = gated_delta_bwd_state<T, K, kBWarps>;
-  allow_smem(kernel, Sm::kBytes);
-  std::int64_t const blocks = std::int64_t(p.N) * p.Hv * (p.V / Sm::kBV);
-  if (blocks > INT_MAX) {
-    throw std::invalid_argument("gated_delta backward: N·Hv·V/" + std::to_string(Sm::kBV) + " = " +
-                                std::to_string(blocks) + " blocks exceed the grid limit");
-  }
-  kernel<<<static_cast<unsigned>(blocks), kBWarps * 32, Sm::kBytes, stream>>>(p, P_planes, rec, dh, y);
-  FUSEPACK_CUDA_CHECK_LAUNCH();
-}
-
-// The lean chain (gated_delta_schedule.h): two warps per 16 value columns, two slabs (32 columns) per block.
-constexpr int kLeanSlabs = 2;
-
-template <typename T, int K>
-void launch_state_lean(GatedDeltaBwdParams const& p, __nv_bfloat16 const* P_planes, float const* rec, float* dh,
-                       Handover<T>* y, cudaStream_t stream) {
-  constexpr int kSlabs = kLeanSlabs;
-  using Sm = LeanStateSmem<T, K, kSlabs>;
-  static_assert(Sm::kBytes <= kMaxBlockSmem, "the lean state recurrence's shared memory fits a Hopper block");
-  auto const kernel = gated_delta_bwd_state_lean<T, K, kSlabs>;
+  using Sm = StateBlockSmem<T, K, kSlabs, kKSplit>;
+  static_assert(Sm::kBytes <= kMaxBlockSmem, "the state recurrence's shared memory fits a Hopper block");
+  auto const kernel = gated_delta_bwd_state<T, K, kSlabs, kKSplit>;
   allow_smem(kernel, Sm::kBytes);
   std::int64_t const blocks = std::int64_t(p.N) * p.Hv * (p.V / Sm::Stage::kBV);
   if (blocks > INT_MAX) {
     throw std::invalid_argument("gated_delta backward: N·Hv·V/" + std::to_string(Sm::Stage::kBV) + " = " +
                                 std::to_string(blocks) + " blocks exceed the grid limit");
   }
-  kernel<<<static_cast<unsigned>(blocks), kSlabs * 64, Sm::kBytes, stream>>>(p, P_planes, rec, dh, y);
+  kernel<<<static_cast<unsigned>(blocks), kSlabs * kKSplit * 32, Sm::kBytes, stream>>>(p, P_planes, rec, dh, y);
   FUSEPACK_CUDA_CHECK_LAUNCH();
 }
 
-// The lean chain when forced, or by shape when its blocks run in one wave (every block resident at once: few
-// examples, where the chain is the whole time; at V = 128 on the 132-SM H200, N·Hv <= 33). Otherwise the full chain:
-// one block per (example, value head, 128 value columns) when that fills the GPU, else 64 columns: each warp's chunk
-// step is the same either way, narrower blocks only spread few examples' chains over more multiprocessors.
+// The lean chain (gated_delta_schedule.h): two slabs of two warps per block.
+constexpr int kLeanSlabs = 2;
+
 template <typename T, int K, int V>
 void launch_state_for(GatedDeltaBwdParams const& p, __nv_bfloat16 const* P_planes, float const* rec, float* dh,
                       Handover<T>* y, cudaStream_t stream) {
@@ -165,18 +145,18 @@ void launch_state_for(GatedDeltaBwdParams const& p, __nv_bfloat16 const* P_plane
   FUSEPACK_CUDA_CHECK(cudaGetDevice(&device));
   FUSEPACK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   FUSEPACK_CUDA_CHECK(cudaDeviceGetAttribute(&smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
-  using Lean = LeanStateSmem<T, K, kLeanSlabs>;
+  using Lean = StateBlockSmem<T, K, kLeanSlabs, 2>;
   std::int64_t const lean_per_sm = std::max<std::int64_t>(1, smem_per_sm / (Lean::kBytes + 1024));
   bool const lean = p.schedule == GatedDeltaSchedule::kByShape
                         ? std::int64_t(p.N) * p.Hv * (V / Lean::Stage::kBV) <= sms * lean_per_sm
                         : p.schedule == GatedDeltaSchedule::kLeanChain;
-  if (lean) return launch_state_lean<T, K>(p, P_planes, rec, dh, y, stream);
+  if (lean) return launch_state<T, K, kLeanSlabs, 2>(p, P_planes, rec, dh, y, stream);
   if constexpr (V % 128 == 0) {
     if (std::int64_t(p.N) * p.Hv * (V / 128) >= sms) {
-      return launch_state<T, K, 8>(p, P_planes, rec, dh, y, stream);
+      return launch_state<T, K, 8, 1>(p, P_planes, rec, dh, y, stream);
     }
   }
-  launch_state<T, K, 4>(p, P_planes, rec, dh, y, stream);
+  launch_state<T, K, 4, 1>(p, P_planes, rec, dh, y, stream);
 }
 
 template <typename T, int K, int V>

@@ -73,8 +73,6 @@ __global__ void __launch_bounds__(kSlabs * 64, 1)
   std::int64_t const bos = p.cu_seqlens[n], eos = p.cu_seqlens[n + 1];
   int const chunks = static_cast<int>((eos - bos + kChunk - 1) / kChunk);
   int const chunk0 = gated_delta_chunks(p).first_chunk(n);
-  auto const* k = static_cast<T const*>(p.k);
-  auto const* v = static_cast<T const*>(p.v);
   float* const exchange = reinterpret_cast<float*>(gd_smem + Sm::kExchange) + slab * 3 * Sm::kTileFloats;
   float* const x_mine = exchange + kh * Sm::kTileFloats;
   float const* const x_other = exchange + (kh ^ 1) * Sm::kTileFloats;
@@ -87,33 +85,16 @@ __global__ void __launch_bounds__(kSlabs * 64, 1)
   // hᵀ[v0 + wc + g + 8·(e>>1)][d0 + 8·nt + 2t + (e&1)] in h[nt][e]; state tensors are [.., K, V].
   float h[kStateTiles][4];
   std::int64_t const state_off = (std::int64_t(n) * Hv + hv) * kK * V + v0 + wc + g;
-#pragma unroll
-  for (int nt = 0; nt < kStateTiles; ++nt) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      int const d = d0 + 8 * nt + 2 * t + (e & 1), vr = 8 * (e >> 1);
-      h[nt][e] = p.initial_state != nullptr ? p.initial_state[state_off + std::int64_t(d) * V + vr] : 0.0f;
-    }
-  }
+  load_state_slab(h, p.initial_state, state_off, d0, V, t);
 
   // Chunk `it` of the example into stage s: k rows, the block's v columns, Ainv planes and records (zeros past L).
   auto issue = [&](int it, int s) {
     unsigned char* base = gd_smem + s * Sm::kStage;
     std::int64_t const t0 = bos + std::int64_t(it) * kChunk;
     int const L = static_cast<int>(eos - t0 < kChunk ? eos - t0 : kChunk);
-    copy_rows_async<kChunk, int(sizeof(T)) * kK, kThreads>(base + Sm::kKTile, int(sizeof(T)) * Sm::kLdK,
-                                                           k + (t0 * Hk + hk) * kK, sizeof(T) * std::int64_t(Hk) * kK,
-                                                           L);
-    copy_rows_async<kChunk, int(sizeof(T)) * kBV, kThreads>(base + Sm::kVTile, int(sizeof(T)) * Sm::kLdV,
-                                                            v + (t0 * Hv + hv) * V + v0, sizeof(T) * Hv * V, L);
-#pragma unroll
-    for (int part = 0; part < kPF; ++part) {
-      copy_rows_async<kChunk, 2 * kChunk, kThreads>(base + Sm::kPlanes + 2 * part * kPlane, 2 * kLdSq,
-                                                    ainv_planes + ((t0 * Hv + hv) * kPF + part) * kChunk,
-                                                    2 * std::int64_t(Hv) * kPF * kChunk, L);
-    }
-    copy_rows_async<kChunk, 4 * kRecord, kThreads>(base + Sm::kRec, 4 * kRecord, rec + (t0 * Hv + hv) * kRecord,
-                                                   4 * std::int64_t(Hv) * kRecord, L);
+    copy_chunk_inputs<T, kK, kBV, kThreads, false>(p, rec, ainv_planes, t0, L, hk, hv, v0, base + Sm::kKTile, nullptr,
+                                                   int(sizeof(T)) * Sm::kLdK, base + Sm::kVTile,
+                                                   int(sizeof(T)) * Sm::kLdV, base + Sm::kPlanes, base + Sm::kRec);
   };
 
   if (chunks > 0) issue(0, 0);
@@ -161,15 +142,7 @@ __global__ void __launch_bounds__(kSlabs * 64, 1)
     tiles_add_smem(x, x_other, lane);  // X_kh + X_other: the same sum in both warps (fp32 addition commutes)
 
     // Y_i = β_i (v_i − e^{G_i} rstd_k_i X_i) in place of X; then this warp's row blocks of v_new = Ainv Y.
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        int const i = 8 * nt + 2 * t + (e & 1), col = wc + g + 8 * (e >> 1);
-        float const* ri = rec_tile + i * kRecord;
-        x[nt][e] = ri[kRecBeta] * (to_float(v_tile[i * Sm::kLdV + col]) - ri[kRecA] * x[nt][e]);
-      }
-    }
+    y_from_x(x, v_tile, Sm::kLdV, wc, rec_tile, lane);
     float vn[8][4] = {};
 #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
@@ -207,43 +180,10 @@ __global__ void __launch_bounds__(kSlabs * 64, 1)
     }
 
     // hᵀ ← e^{G_last} hᵀ + (rstd_k e^{G_last − G} ⊙ v_new)ᵀ k, each warp over its state columns.
-    float const decay = rec_tile[kRecDecay];
-#pragma unroll
-    for (int nt = 0; nt < kStateTiles; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) h[nt][e] *= decay;
-    }
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) vn[nt][e] *= rec_tile[(8 * nt + 2 * t + (e & 1)) * kRecord + kRecD];
-    }
-#pragma unroll
-    for (int ks = 0; ks < 4; ++ks) {
-      if (16 * ks < L) {
-        std::uint32_t a[kPF][4];
-        a_from_acc<kPF>(vn[2 * ks], vn[2 * ks + 1], a);
-#pragma unroll
-        for (int np = 0; np < kStateTiles / 2; ++np) {
-          std::uint32_t b0[kPR][2], b1[kPR][2];
-          load_b_rows_x2<T, kPR>(k_tile, Sm::kLdK, 16 * ks, d0 + 16 * np, lane, b0, b1);
-          mma_split<Pol::kOrder>(h[2 * np], a, b0);
-          mma_split<Pol::kOrder>(h[2 * np + 1], a, b1);
-        }
-      }
-    }
+    update_state(h, vn, k_tile, Sm::kLdK, rec_tile, d0, L, lane);
   }
 
-  if (p.final_state != nullptr) {
-#pragma unroll
-    for (int nt = 0; nt < kStateTiles; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        int const d = d0 + 8 * nt + 2 * t + (e & 1), vr = 8 * (e >> 1);
-        p.final_state[state_off + std::int64_t(d) * V + vr] = h[nt][e];
-      }
-    }
-  }
+  if (p.final_state != nullptr) store_state_slab(h, p.final_state, state_off, d0, V, t);
 }
 
 // ---------------------------------------------------------------------------------------------------------------

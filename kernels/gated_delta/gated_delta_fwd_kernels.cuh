@@ -91,6 +91,89 @@ __device__ __forceinline__ void build_p_planes(T const* q_tile, T const* k_tile,
   }
 }
 
+// One chunk's inputs into a recurrence's stage by the block's kThreads threads (cp.async; the caller commits): the raw
+// k rows of key head hk and, kWithQ, its q rows ([64][kK] of T, rows ldk bytes apart), value head hv's kBV value
+// columns from v0 (rows ldv bytes apart), its (I + A)^-1 planes ([parts][64][kLdSq] bf16) and token records
+// ([64][kRecord] fp32), for the chunk's rows [t0, t0 + L); rows at or past L as zeros.
+template <typename T, int kK, int kBV, int kThreads, bool kWithQ>
+__device__ __forceinline__ void copy_chunk_inputs(GatedDeltaFwdParams const& p, float const* rec,
+                                                  __nv_bfloat16 const* ainv_planes, std::int64_t t0, int L, int hk,
+                                                  int hv, int v0, unsigned char* k_dst, unsigned char* q_dst, int ldk,
+                                                  unsigned char* v_dst, int ldv, unsigned char* planes_dst,
+                                                  unsigned char* rec_dst) {
+  constexpr int kPF = SplitPolicy<T>::kOrder + 1, kRowT = int(sizeof(T)) * kK;
+  int const Hk = p.Hk, Hv = p.Hv, V = p.V;
+  std::int64_t const qk0 = (t0 * Hk + hk) * kK, qk_stride = sizeof(T) * std::int64_t(Hk) * kK;
+  copy_rows_async<kChunk, kRowT, kThreads>(k_dst, ldk, static_cast<T const*>(p.k) + qk0, qk_stride, L);
+  if constexpr (kWithQ) {
+    copy_rows_async<kChunk, kRowT, kThreads>(q_dst, ldk, static_cast<T const*>(p.q) + qk0, qk_stride, L);
+  }
+  T const* const v = static_cast<T const*>(p.v);
+  copy_rows_async<kChunk, int(sizeof(T)) * kBV, kThreads>(v_dst, ldv, v + (t0 * Hv + hv) * V + v0, sizeof(T) * Hv * V,
+                                                          L);
+#pragma unroll
+  for (int part = 0; part < kPF; ++part) {
+    copy_rows_async<kChunk, 2 * kChunk, kThreads>(planes_dst + 2 * part * kPlane, 2 * kLdSq,
+                                                  ainv_planes + ((t0 * Hv + hv) * kPF + part) * kChunk,
+                                                  2 * std::int64_t(Hv) * kPF * kChunk, L);
+  }
+  copy_rows_async<kChunk, 4 * kRecord, kThreads>(rec_dst, 4 * kRecord, rec + (t0 * Hv + hv) * kRecord,
+                                                 4 * std::int64_t(Hv) * kRecord, L);
+}
+
+// Y_i = β_i (v_i − e^{G_i} rstd_k_i X_i) in place of X ([16 columns, 64 tokens] accumulator tiles of the warp), from
+// the chunk's v tile (value columns from `col0`, rows ld apart) and its token records.
+template <typename T>
+__device__ __forceinline__ void y_from_x(float (&x)[8][4], T const* v_tile, int ld, int col0, float const* rec_tile,
+                                         int lane) {
+  int const g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      int const i = 8 * nt + 2 * t + (e & 1), col = col0 + g + 8 * (e >> 1);
+      float const* ri = rec_tile + i * kRecord;
+      x[nt][e] = ri[kRecBeta] * (to_float(v_tile[i * ld + col]) - ri[kRecA] * x[nt][e]);
+    }
+  }
+}
+
+// hᵀ ← e^{G_last} hᵀ + (rstd_k e^{G_last − G} ⊙ v_new)ᵀ k over the warp's state columns d0.. (kTiles accumulator
+// tiles), with the raw k rows of the chunk (rows ld apart) as operand; vn is scaled in place. Token tiles past L are
+// zero and skipped.
+template <typename T, int kTiles>
+__device__ __forceinline__ void update_state(float (&h)[kTiles][4], float (&vn)[8][4], T const* k_tile, int ld,
+                                             float const* rec_tile, int d0, int L, int lane) {
+  using Pol = SplitPolicy<T>;
+  constexpr int kPF = Pol::kOrder + 1, kPR = Pol::kRawParts;
+  int const t = lane & 3;
+  float const decay = rec_tile[kRecDecay];
+#pragma unroll
+  for (int nt = 0; nt < kTiles; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) h[nt][e] *= decay;
+  }
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) vn[nt][e] *= rec_tile[(8 * nt + 2 * t + (e & 1)) * kRecord + kRecD];
+  }
+#pragma unroll
+  for (int ks = 0; ks < 4; ++ks) {
+    if (16 * ks < L) {
+      std::uint32_t a[kPF][4];
+      a_from_acc<kPF>(vn[2 * ks], vn[2 * ks + 1], a);
+#pragma unroll
+      for (int np = 0; np < kTiles / 2; ++np) {
+        std::uint32_t b0[kPR][2], b1[kPR][2];
+        load_b_rows_x2<T, kPR>(k_tile, ld, 16 * ks, d0 + 16 * np, lane, b0, b1);
+        mma_split<Pol::kOrder>(h[2 * np], a, b0);
+        mma_split<Pol::kOrder>(h[2 * np + 1], a, b1);
+      }
+    }
+  }
+}
+
 // The P planes of one (chunk, value head) out to the saved P (p.P at [chunk · Hv + value head]) by the block's
 // kThreads threads, in 16-bit runs only (gated_delta_saves_intra); fp32 runs save no P.
 template <typename T, int kThreads>
@@ -543,43 +626,22 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
   std::int64_t const bos = p.cu_seqlens[n], eos = p.cu_seqlens[n + 1];
   int const chunks = static_cast<int>((eos - bos + kChunk - 1) / kChunk);
   int const chunk0 = gated_delta_chunks(p).first_chunk(n);
-  auto const* k = static_cast<T const*>(p.k);
-  auto const* q = static_cast<T const*>(p.q);
-  auto const* v = static_cast<T const*>(p.v);
   auto* o = static_cast<T*>(p.o);
   float* exchange = reinterpret_cast<float*>(gd_smem + Sm::kExchange) + slab * 3 * Sm::kTileFloats;
 
   // hᵀ[v0 + wc + g + 8·(e>>1)][d0 + 8·nt + 2t + (e&1)] in h[nt][e]; state tensors are [.., K, V].
   float h[kStateTiles][4];
   std::int64_t const state_off = (std::int64_t(n) * Hv + hv) * kK * V + v0 + wc + g;
-#pragma unroll
-  for (int nt = 0; nt < kStateTiles; ++nt) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      int const d = d0 + 8 * nt + 2 * t + (e & 1), vr = 8 * (e >> 1);
-      h[nt][e] = p.initial_state != nullptr ? p.initial_state[state_off + std::int64_t(d) * V + vr] : 0.0f;
-    }
-  }
+  load_state_slab(h, p.initial_state, state_off, d0, V, t);
 
   // Chunk `it` of the example into stage s: q, k rows, the block's v columns, Ainv planes and records (zeros past L).
   auto issue = [&](int it, int s) {
     unsigned char* base = gd_smem + s * Sm::kStage;
     std::int64_t const t0 = bos + std::int64_t(it) * kChunk;
     int const L = static_cast<int>(eos - t0 < kChunk ? eos - t0 : kChunk);
-    constexpr int kRowT = int(sizeof(T)) * kK;
-    std::int64_t const qk0 = (t0 * Hk + hk) * kK, qk_stride = sizeof(T) * std::int64_t(Hk) * kK;
-    copy_rows_async<kChunk, kRowT, kThreads>(base + Sm::kKTile, int(sizeof(T)) * Sm::kLdK, k + qk0, qk_stride, L);
-    copy_rows_async<kChunk, kRowT, kThreads>(base + Sm::kQTile, int(sizeof(T)) * Sm::kLdK, q + qk0, qk_stride, L);
-    copy_rows_async<kChunk, int(sizeof(T)) * kBV, kThreads>(base + Sm::kVTile, int(sizeof(T)) * Sm::kLdV,
-                                                            v + (t0 * Hv + hv) * V + v0, sizeof(T) * Hv * V, L);
-#pragma unroll
-    for (int part = 0; part < kPF; ++part) {
-      copy_rows_async<kChunk, 2 * kChunk, kThreads>(base + Sm::kPlanes + 2 * part * kPlane, 2 * kLdSq,
-                                                    ainv_planes + ((t0 * Hv + hv) * kPF + part) * kChunk,
-                                                    2 * std::int64_t(Hv) * kPF * kChunk, L);
-    }
-    copy_rows_async<kChunk, 4 * kRecord, kThreads>(base + Sm::kRec, 4 * kRecord, rec + (t0 * Hv + hv) * kRecord,
-                                                   4 * std::int64_t(Hv) * kRecord, L);
+    copy_chunk_inputs<T, kK, kBV, kThreads, true>(p, rec, ainv_planes, t0, L, hk, hv, v0, base + Sm::kKTile,
+                                                  base + Sm::kQTile, int(sizeof(T)) * Sm::kLdK, base + Sm::kVTile,
+                                                  int(sizeof(T)) * Sm::kLdV, base + Sm::kPlanes, base + Sm::kRec);
   };
 
   if (chunks > 0) issue(0, 0);
@@ -648,15 +710,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
     float vn[8][4] = {};
     auto* const vn_out = static_cast<Handover<T>*>(p.v_new) + (t0 * Hv + hv) * V + v0 + wc;  // when saving
     if (does_v_new) {
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          int const i = 8 * nt + 2 * t + (e & 1), col = wc + g + 8 * (e >> 1);
-          float const* ri = rec_tile + i * kRecord;
-          x[nt][e] = ri[kRecBeta] * (to_float(v_tile[i * Sm::kLdV + col]) - ri[kRecA] * x[nt][e]);
-        }
-      }
+      y_from_x(x, v_tile, Sm::kLdV, wc, rec_tile, lane);
 #pragma unroll
       for (int ks = 0; ks < 4; ++ks) {
         std::uint32_t a[kPF][4];
@@ -718,31 +772,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
     }
 
     // hᵀ ← e^{G_last} hᵀ + (rstd_k e^{G_last − G} ⊙ v_new)ᵀ k, each warp over its state columns.
-    float const decay = rec_tile[kRecDecay];
-#pragma unroll
-    for (int nt = 0; nt < kStateTiles; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) h[nt][e] *= decay;
-    }
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) vn[nt][e] *= rec_tile[(8 * nt + 2 * t + (e & 1)) * kRecord + kRecD];
-    }
-#pragma unroll
-    for (int ks = 0; ks < 4; ++ks) {
-      if (16 * ks < L) {
-        std::uint32_t a[kPF][4];
-        a_from_acc<kPF>(vn[2 * ks], vn[2 * ks + 1], a);
-#pragma unroll
-        for (int np = 0; np < kStateTiles / 2; ++np) {
-          std::uint32_t b0[kPR][2], b1[kPR][2];
-          load_b_rows_x2<T, kPR>(k_tile, Sm::kLdK, 16 * ks, d0 + 16 * np, lane, b0, b1);
-          mma_split<Pol::kOrder>(h[2 * np], a, b0);
-          mma_split<Pol::kOrder>(h[2 * np + 1], a, b1);
-        }
-      }
-    }
+    update_state(h, vn, k_tile, Sm::kLdK, rec_tile, d0, L, lane);
     __syncthreads();  // the o tile is complete
 
     constexpr int kVVecs = kBV / kVecN;
@@ -755,16 +785,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
     }
   }
 
-  if (p.final_state != nullptr) {
-#pragma unroll
-    for (int nt = 0; nt < kStateTiles; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        int const d = d0 + 8 * nt + 2 * t + (e & 1), vr = 8 * (e >> 1);
-        p.final_state[state_off + std::int64_t(d) * V + vr] = h[nt][e];
-      }
-    }
-  }
+  if (p.final_state != nullptr) store_state_slab(h, p.final_state, state_off, d0, V, t);
 }
 
 }  // namespace fusepack::gated_delta_fwd_detail

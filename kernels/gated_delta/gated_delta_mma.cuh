@@ -448,6 +448,35 @@ __device__ __forceinline__ void store_tile_pairs(float const (&d)[4], int lane, 
   }
 }
 
+// A recurrence's state slab as accumulator tiles: the warp's 16 value columns (state columns of `off`, the slab's
+// first value column plus g = lane / 4, in [.., K, V] state tensors) over its key rows d0.., s[nt][e] holding
+// S[d0 + 8·nt + 2t + (e&1)][8·(e>>1)] relative to `off` (t = lane % 4). Loaded from `src` (zeros when null) and
+// stored to `dst`.
+template <int kTiles>
+__device__ __forceinline__ void load_state_slab(float (&s)[kTiles][4], float const* src, std::int64_t off, int d0,
+                                                int V, int t) {
+#pragma unroll
+  for (int nt = 0; nt < kTiles; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      int const d = d0 + 8 * nt + 2 * t + (e & 1), vr = 8 * (e >> 1);
+      s[nt][e] = src != nullptr ? src[off + std::int64_t(d) * V + vr] : 0.0f;
+    }
+  }
+}
+template <int kTiles>
+__device__ __forceinline__ void store_state_slab(float const (&s)[kTiles][4], float* dst, std::int64_t off, int d0,
+                                                 int V, int t) {
+#pragma unroll
+  for (int nt = 0; nt < kTiles; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      int const d = d0 + 8 * nt + 2 * t + (e & 1), vr = 8 * (e >> 1);
+      dst[off + std::int64_t(d) * V + vr] = s[nt][e];
+    }
+  }
+}
+
 // The lean-chain recurrences (gated_delta_schedule.h) run two warps kh = 0, 1 per 16 value columns; a lower-triangular
 // [64, 64] product over a chunk's four 16-token row blocks is split between them as {0, 3} and {1, 2}, 5 of its 10
 // tile products each. Whether warp kh owns row block np:
