@@ -228,6 +228,10 @@ TEST(Qwen35Config, BadConfigJsonFailsNamingTheField) {
                                    "field 'hidden_size': must be an integer; got \"1024\" (string)");
   FUSEPACK_EXPECT_INVALID_ARGUMENT(Qwen35Config::from_json(text(R"(, "layer_types": ["linear_attention"])")),
                                    "layer_types has 1 entries but num_hidden_layers is 4");
+  // A layer count no model has is refused before its layer list is derived (a fuzzer's 118,000,767,112 asked for a
+  // list of 118 billion entries and ran out of memory).
+  FUSEPACK_EXPECT_INVALID_ARGUMENT(Qwen35Config::from_json(text(R"(, "num_hidden_layers": 118000767112)")),
+                                   "field 'num_hidden_layers': must be at most 65536");
   FUSEPACK_EXPECT_INVALID_ARGUMENT(Qwen35Config::from_json(text(R"(, "layer_types": ["mamba", "x", "y", "z"])")),
                                    "field 'layer_types': element 0: unknown layer type 'mamba'");
   FUSEPACK_EXPECT_INVALID_ARGUMENT(Qwen35Config::from_json(text(R"(, "num_attention_heads": 6)")),

@@ -40,6 +40,10 @@ std::vector<LayerType> Qwen35Config::derived_layer_types(std::int64_t num_hidden
     throw std::invalid_argument("full_attention_interval must be positive to derive layer_types; got " +
                                 std::to_string(full_attention_interval));
   }
+  if (num_hidden_layers > kMaxHiddenLayers) {
+    throw std::invalid_argument("num_hidden_layers must be at most " + std::to_string(kMaxHiddenLayers) + "; got " +
+                                std::to_string(num_hidden_layers));
+  }
   std::vector<LayerType> types;
   for (std::int64_t i = 0; i < num_hidden_layers; ++i) {
     types.push_back((i + 1) % full_attention_interval == 0 ? LayerType::kFullAttention : LayerType::kLinearAttention);
@@ -60,6 +64,8 @@ void Qwen35Config::validate() const {
   positive("intermediate_size", intermediate_size);
   positive("vocab_size", vocab_size);
   positive("num_hidden_layers", num_hidden_layers);
+  rule(num_hidden_layers <= kMaxHiddenLayers, "num_hidden_layers must be at most ", kMaxHiddenLayers, "; got ",
+       num_hidden_layers);
   positive("num_attention_heads", num_attention_heads);
   positive("num_key_value_heads", num_key_value_heads);
   positive("head_dim", head_dim);

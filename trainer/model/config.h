@@ -13,6 +13,10 @@ enum class LayerType { kLinearAttention, kFullAttention };
 char const* layer_type_name(LayerType type);
 LayerType parse_layer_type(std::string const& name);  // throws std::invalid_argument for anything else
 
+// The most decoder layers a config may name: far above any released Qwen3.5 (24 to 64 layers). A larger count is an
+// error naming the field, not an allocation of its layer list (config.json is input).
+inline constexpr std::int64_t kMaxHiddenLayers = 65536;
+
 // Field names and meanings are Hugging Face's Qwen3_5TextConfig; defaults are its class defaults (which are not the
 // released checkpoints' values for every field: always read config.json or take a preset).
 struct Qwen35Config {
@@ -23,7 +27,7 @@ struct Qwen35Config {
 
   // Layer layout. layer_types[i] is layer i's token mixer; when config.json has no layer_types it is derived from
   // full_attention_interval: layer i is full attention when (i + 1) % interval == 0 ([L, L, L, F] for interval 4).
-  std::int64_t num_hidden_layers = 32;
+  std::int64_t num_hidden_layers = 32;     // at most kMaxHiddenLayers
   std::vector<LayerType> layer_types;      // [num_hidden_layers]
   std::int64_t full_attention_interval = 4;  // only used to derive layer_types (with_derived_layer_types)
 
@@ -66,7 +70,8 @@ struct Qwen35Config {
   // ("Qwen35Config is invalid: num_attention_heads (12) must be a multiple of num_key_value_heads (5); ...").
   void validate() const;
 
-  // layer_types from full_attention_interval (HF's __post_init__ when config.json has none).
+  // layer_types from full_attention_interval (HF's __post_init__ when config.json has none); std::invalid_argument
+  // for more than kMaxHiddenLayers layers or an interval below 1.
   static std::vector<LayerType> derived_layer_types(std::int64_t num_hidden_layers,
                                                     std::int64_t full_attention_interval);
 

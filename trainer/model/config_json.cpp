@@ -152,6 +152,11 @@ Qwen35Config read_text_config(Fields const& f) {
   read_rope(f, c);
 
   f.integer("full_attention_interval", c.full_attention_interval);
+  if (c.num_hidden_layers > kMaxHiddenLayers) {
+    fail(f.path("num_hidden_layers"), "must be at most " + std::to_string(kMaxHiddenLayers) +
+                                          " (released Qwen3.5 models have 24 to 64); got " +
+                                          std::to_string(c.num_hidden_layers));
+  }
   if (f.has("layer_types")) {
     json const& lt = f.at("layer_types");
     if (!lt.is_array()) fail(f.path("layer_types"), "must be an array of strings; got " + describe(lt));
