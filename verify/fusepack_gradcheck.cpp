@@ -270,6 +270,10 @@ OpSpec make_spec(Options const& o, std::mt19937_64& rng, at::Device device) {
     }
     double const scale = 1.0 / std::sqrt(static_cast<double>(D));
     bool const l2 = o.l2norm, state = o.state;
+    if (o.schedule != "by-shape" && ops::parse_backend(o.backend) != ops::Backend::kFused) {
+      throw std::invalid_argument("--schedule " + o.schedule + " chooses the fused kernels' schedule; got --backend " +
+                                  o.backend);
+    }
     GatedDeltaSchedule const schedule = o.schedule == "full"   ? GatedDeltaSchedule::kFullChain
                                         : o.schedule == "lean" ? GatedDeltaSchedule::kLeanChain
                                                                : GatedDeltaSchedule::kByShape;

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -134,11 +135,19 @@ void bench_shape(Report& report, GatedDeltaShape const s) {
 // it, for profiling one shape without the others' minutes of composite timing.
 void bench_gated_delta(Report& report) {
   char const* const only = std::getenv("FUSEPACK_BENCH_GATED_DELTA_SHAPE");
+  std::string names;
+  int ran = 0;
   for (GatedDeltaShape const s : {GatedDeltaShape{16, 32, 8, 8192}, GatedDeltaShape{16, 32, 1, 8192},
                                   GatedDeltaShape{16, 48, 8, 8192}, GatedDeltaShape{16, 48, 1, 8192},
                                   GatedDeltaShape{16, 32, 1, 32768}, GatedDeltaShape{16, 32, 1, 65536}}) {
+    names += (names.empty() ? "" : ", ") + shape_name(s);
     if (only != nullptr && shape_name(s).find(only) == std::string::npos) continue;
     bench_shape(report, s);
+    ++ran;
+  }
+  if (ran == 0) {
+    throw std::invalid_argument(std::string("FUSEPACK_BENCH_GATED_DELTA_SHAPE='") + only +
+                                "' is in no shape's name; the shapes are " + names);
   }
   std::printf(
       "gated_delta anchors (Hk=16 Hv=32 K=V=128 bf16): HF torch fallback 6.70 ms fwd / "

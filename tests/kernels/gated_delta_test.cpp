@@ -319,14 +319,11 @@ ErrorReport check_output(Compared const& x, Dtype dtype) {
   return r;
 }
 
-// A schedule in a test name (GoogleTest names take only [A-Za-z0-9_]).
-char const* schedule_label(GatedDeltaSchedule s) {
-  switch (s) {
-    case GatedDeltaSchedule::kByShape: return "by_shape";
-    case GatedDeltaSchedule::kFullChain: return "full_chain";
-    case GatedDeltaSchedule::kLeanChain: return "lean_chain";
-  }
-  return "unknown_schedule";
+// A schedule in a test name: its name with '_' for ' ' (GoogleTest names take only [A-Za-z0-9_]).
+std::string schedule_label(GatedDeltaSchedule s) {
+  std::string label = gated_delta_schedule_name(s);
+  std::replace(label.begin(), label.end(), ' ', '_');
+  return label;
 }
 
 // Every case under both forced schedules: they are two kernel pipelines (the forward's o computed on the chunk chain

@@ -54,6 +54,15 @@ TEST(FusepackGradcheck, AnOptionOfAnotherOpIsAnError) {
                      "--heads does not apply to swiglu (it applies to rmsnorm, gated_rmsnorm, rope, attention, "
                      "gated_delta)");
   expect_usage_error("conv1d --kv-heads 2" + kCpu, "--kv-heads does not apply to conv1d (it applies to attention)");
+  expect_usage_error("rmsnorm --schedule lean" + kCpu,
+                     "--schedule does not apply to rmsnorm (it applies to gated_delta)");
+}
+
+TEST(FusepackGradcheck, AScheduleIsAFusedChoiceAndOneOfThree) {
+  // The composite has one schedule: a forced one would be ignored, and the check would not be of what was asked.
+  expect_usage_error("gated_delta --schedule lean" + kCpu,
+                     "--schedule lean chooses the fused kernels' schedule; got --backend composite");
+  expect_usage_error("gated_delta --schedule fast" + kCpu, "--schedule: fast not in {by-shape,full,lean}");
 }
 
 TEST(FusepackGradcheck, NegativeSizesNameTheOption) {
