@@ -53,9 +53,9 @@ inline int gated_delta_ainv_parts(DType dtype) { return dtype == DType::kF32 ? 3
 // cumulative sum of g, which the fp32 budgets need and the 16-bit ones do not (kernels/gated_delta/NOTES.md).
 inline bool gated_delta_saves_intra(DType dtype) { return dtype != DType::kF32; }
 
-// Bytes per element of v_new and of the backward's y: bf16 runs store them as the one bf16 part their backward's
-// per-chunk kernel reads (its products reach only gradients rounded to bf16, and dg; NOTES.md), other runs fp32.
-inline int gated_delta_handover_bytes(DType dtype) { return dtype == DType::kBF16 ? 2 : 4; }
+// Bytes per element of the backward's y: bf16 runs store it as the one bf16 part their backward's per-chunk kernel
+// reads (its products reach only gradients rounded to bf16, and dg; NOTES.md), other runs fp32.
+inline int gated_delta_y_bytes(DType dtype) { return dtype == DType::kBF16 ? 2 : 4; }
 
 // The backward recurrence's row scales: one record of kBwdRecord fp32 per (token, value head), G the in-chunk
 // inclusive cumulative sum of g and G_last its value at the chunk's last token.
@@ -89,8 +89,7 @@ struct GatedDeltaFwdParams {
                                   // chunk; the rest zero
   float* h = nullptr;       // [NC, Hv, V, K] state at the start of every chunk, transposed (hᵀ, as the kernels hold
                             // it), each chunk's [V][K] in the kernels' tile order (gated_delta_mma.cuh, state_tile)
-  void* v_new = nullptr;    // [T, Hv, V] u − w·h, the chunk's corrected values: fp32, or bf16 where
-                            // gated_delta_handover_bytes(dtype) == 2
+  float* v_new = nullptr;   // [T, Hv, V] u − w·h, the chunk's corrected values
   // Saved as well when gated_delta_saves_intra(dtype), nullptr otherwise; rows past a chunk's end are zero:
   std::uint16_t* P = nullptr;  // bf16 bits [NC, Hv, parts, 64, 64]: P[i][j] = scale rstd_q_i rstd_k_j (q_i·k_j)
                                // e^{G_i − G_j} for j <= i (0 above the diagonal) as gated_delta_ainv_parts bf16 parts

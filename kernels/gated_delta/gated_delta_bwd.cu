@@ -33,7 +33,7 @@ struct BwdWorkspace {
   std::size_t A = 0;         // [NC, Hv, 64, 64] Â of every chunk
   std::size_t rec = 0;       // [T, Hv, kBwdRecord] the recurrence's row scales
   std::size_t dh = 0;        // [NC, Hv, V, K] dh_nextᵀ: the gradient of the state leaving every chunk, transposed
-  std::size_t y = 0;         // [T, Hv, V] y = Ainvᵀ dv_new, fp32 or bf16 (gated_delta_handover_bytes)
+  std::size_t y = 0;         // [T, Hv, V] y = Ainvᵀ dv_new, fp32 or bf16 (gated_delta_y_bytes)
   std::size_t bytes = 0;
 };
 BwdWorkspace bwd_workspace(GatedDeltaBwdParams const& p) {
@@ -52,7 +52,7 @@ BwdWorkspace bwd_workspace(GatedDeltaBwdParams const& p) {
     w.rec = at(o, T * Hv * kBwdRecord);
   }
   w.dh = at(o, NC * Hv * K * V);
-  w.y = at(o, T * Hv * V * gated_delta_handover_bytes(p.dtype) / 4);
+  w.y = at(o, T * Hv * V * gated_delta_y_bytes(p.dtype) / 4);
   w.bytes = o;
   return w;
 }
@@ -115,7 +115,7 @@ constexpr bool smem_fits(IntList<kDims...>) {
           ...);
 }
 static_assert(smem_fits(GatedDeltaHeadDims{}), "the backward's blocks need more shared memory than Hopper allows");
-// gated_delta_handover_bytes (the host's sizes of v_new and y) agrees with the kernels' Handover.
+// gated_delta_y_bytes (the host's size of y) agrees with the kernels' Handover.
 static_assert(sizeof(Handover<__nv_bfloat16>) == 2 && sizeof(Handover<__half>) == 4 && sizeof(Handover<float>) == 4);
 
 // One block of kSlabs slabs of 16 value columns, each slab kKSplit warps (gated_delta_bwd_state.cuh).

@@ -320,7 +320,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     std::int64_t const tv0 = (std::int64_t(start) * p.Hv + j) * V, tv_stride = std::int64_t(p.Hv) * V;
     load_tile(do_s, kLdV, static_cast<T const*>(p.dout) + tv0, tv_stride, kChunk, V, len, V, Unit{});
     load_tile(y_s, kLdV, y_in + tv0, tv_stride, kChunk, V, len, V, Unit{});
-    load_tile(vn_s, kLdV, static_cast<float const*>(p.v_new) + tv0, tv_stride, kChunk, V, len, V, Unit{});
+    load_tile(vn_s, kLdV, p.v_new + tv0, tv_stride, kChunk, V, len, V, Unit{});
     __syncthreads();
     for (int r = warp; r < kChunk; r += kWarps) {  // v·y of every row
       float part = 0.0f;
@@ -441,14 +441,16 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 // gated_delta_bwd_chunk for 16-bit inputs on split-bf16 tile products: the raw q, k, do as bf16 tiles, the fp32
-// intermediates (y, v_new, the dP̃ and B matrices, the h and dh_next slabs) as planes of kGradParts bf16 parts (one for
-// bf16 runs, two for fp16; y and v_new of bf16 runs arrive as that part, Handover), every fragment through ldmatrix;
+// intermediates (y, the dP̃ and B matrices, the h slabs) as planes of kGradParts bf16 parts (one for bf16 runs, two
+// for fp16; y of bf16 runs arrives as that part, Handover), v_new and the dh_next slabs as kVnDhParts planes
+// (v_new dh_nextᵀ feeds dg; do v_newᵀ and y v_newᵀ read its first kGradParts), every fragment through ldmatrix;
 // P and Â on the warp's own [16 × 32] elements from q kᵀ and k kᵀ of the raw tiles (fp32), scaled and decayed there.
 // The fp64 sums and the order of every sum are gated_delta_bwd_chunk's; Σ h ⊙ dh_next (hd, undamped in dg) is summed
 // from the fp32 slabs, not from their parts.
 template <typename T, int K, int V>
 struct ChunkMmaSmem {
   static constexpr int kGP = SplitPolicy<T>::kGradParts;  // parts of an fp32 intermediate
+  static constexpr int kVN = SplitPolicy<T>::kVnDhParts;  // parts of v_new and dh_next
   static constexpr int kLdK = K + kLdPad, kLdV = V + kLdPad;
   static constexpr int kVPlane = kChunk * kLdV;   // elements of one [64][kLdV] plane
   static constexpr int kLdS = kSlab + kLdPad;       // row stride of a slab plane (80 bytes: 8 rows, 8 bank quads)
@@ -466,17 +468,18 @@ struct ChunkMmaSmem {
   static constexpr std::size_t kKTile = kQTile + sizeof(T) * kChunk * kLdK;         // T [64][kLdK]
   static constexpr std::size_t kDoTile = kKTile + sizeof(T) * kChunk * kLdK;        // T [64][kLdV]
   static constexpr std::size_t kYPlanes = align16(kDoTile + sizeof(T) * kChunk * kLdV);  // bf16 [kGP][64][kLdV]
-  static constexpr std::size_t kVnPlanes = kYPlanes + 2 * kGP * kVPlane;                // bf16 [kGP][64][kLdV]
+  static constexpr std::size_t kVnPlanes = kYPlanes + 2 * kGP * kVPlane;                // bf16 [kVN][64][kLdV]
   // Then one region, first the four [kGP][64][kLdSq] planes of the dq̂ / dk̂ coefficient matrices (Mq, Mkq, Mkk,
-  // MkkT), later the hᵀ and dh_nextᵀ slabs ([kGP][V][kLdS] each).
-  static constexpr std::size_t kRegion = kVnPlanes + 2 * kGP * kVPlane;
-  static constexpr std::size_t kMPlanes = 2 * 4 * kGP * kPlane, kSlabPlanes = 2 * 2 * kGP * kSlabPlane;
+  // MkkT), later the hᵀ and dh_nextᵀ slabs ([kGP][V][kLdS] and [kVN][V][kLdS]).
+  static constexpr std::size_t kRegion = kVnPlanes + 2 * kVN * kVPlane;
+  static constexpr std::size_t kMPlanes = 2 * 4 * kGP * kPlane, kSlabPlanes = 2 * (kGP + kVN) * kSlabPlane;
   static constexpr std::size_t kBase = kRegion + (kMPlanes > kSlabPlanes ? kMPlanes : kSlabPlanes);
-  // Where it fits (one-part planes: bf16 runs), the next head's y, v_new (as stored, Handover<T>) and v rows are
-  // staged by cp.async while the block works on the current head: [64][V] each, rows past the chunk zero.
+  // Where it fits (one-part planes of y: bf16 runs), the next head's y (as stored, Handover<T>), v_new (fp32) and v
+  // rows are staged by cp.async while the block works on the current head: [64][V] each, rows past the chunk zero.
   static constexpr std::size_t kHo = sizeof(Handover<T>);
   static constexpr std::size_t kStageY = align16(kBase), kStageVn = kStageY + kHo * kChunk * V,
-                               kStageV = kStageVn + kHo * kChunk * V, kStagedEnd = kStageV + sizeof(T) * kChunk * V;
+                               kStageV = kStageVn + sizeof(float) * kChunk * V,
+                               kStagedEnd = kStageV + sizeof(T) * kChunk * V;
   static constexpr bool kStaged = kStagedEnd <= 227 * 1024;
   static constexpr std::size_t kBytes = kStaged ? kStagedEnd : kBase;
 };
@@ -486,7 +489,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     gated_delta_bwd_chunk_mma(GatedDeltaBwdParams p, float const* dh_in, Handover<T> const* y_in) {
   using S = ChunkMmaSmem<T, K, V>;
   using Pol = SplitPolicy<T>;
-  constexpr int kPR = Pol::kRawParts, kOrder = Pol::kOrder, kGP = S::kGP;
+  constexpr int kPR = Pol::kRawParts, kOrder = Pol::kOrder, kGP = S::kGP, kVN = S::kVN;
   constexpr int kLdK = S::kLdK, kLdV = S::kLdV;
   constexpr int kNT = K / 16;  // dq̂ / dk̂ column tiles per warp
   extern __shared__ __align__(16) unsigned char gd_chunk_smem[];
@@ -512,7 +515,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   int const tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
   using Ho = Handover<T>;
   auto const* v = static_cast<T const*>(p.v);
-  auto const* v_new = static_cast<Ho const*>(p.v_new);
+  float const* const v_new = p.v_new;
   float const scale = p.scale;
 
   // The raw q, k rows of the chunk (zeros past len) and their rstd.
@@ -542,8 +545,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       std::int64_t const tv = head_rows(jj);
       constexpr int kRowH = int(S::kHo) * V;
       copy_rows_async<kChunk, kRowH, kThreads>(gd_chunk_smem + S::kStageY, kRowH, y_in + tv, S::kHo * tv_stride, len);
-      copy_rows_async<kChunk, kRowH, kThreads>(gd_chunk_smem + S::kStageVn, kRowH, v_new + tv, S::kHo * tv_stride,
-                                               len);
+      copy_rows_async<kChunk, int(sizeof(float)) * V, kThreads>(gd_chunk_smem + S::kStageVn, int(sizeof(float)) * V,
+                                                                v_new + tv, sizeof(float) * tv_stride, len);
       copy_rows_async<kChunk, int(sizeof(T)) * V, kThreads>(gd_chunk_smem + S::kStageV, int(sizeof(T)) * V, v + tv,
                                                             sizeof(T) * tv_stride, len);
     }
@@ -575,7 +578,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         int const idx = tid + u * kThreads, r = idx / (V / 4), c4 = 4 * (idx % (V / 4));
         if constexpr (S::kStaged) {
           load4(reinterpret_cast<Ho const*>(gd_chunk_smem + S::kStageY) + r * V + c4, yv[u]);
-          load4(reinterpret_cast<Ho const*>(gd_chunk_smem + S::kStageVn) + r * V + c4, nv[u]);
+          load4(reinterpret_cast<float const*>(gd_chunk_smem + S::kStageVn) + r * V + c4, nv[u]);
           load4(reinterpret_cast<T const*>(gd_chunk_smem + S::kStageV) + r * V + c4, vv[u]);
         } else {
 #pragma unroll
@@ -591,14 +594,17 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
       for (int u = 0; u < kIters; ++u) {
         int const idx = tid + u * kThreads, r = idx / (V / 4), c4 = 4 * (idx % (V / 4));
-        std::uint32_t y0[kGP], y1[kGP], n0w[kGP], n1w[kGP];
+        std::uint32_t y0[kGP], y1[kGP], n0w[kVN], n1w[kVN];
         split_pair<kGP>(yv[u][0], yv[u][1], y0);
         split_pair<kGP>(yv[u][2], yv[u][3], y1);
-        split_pair<kGP>(nv[u][0], nv[u][1], n0w);
-        split_pair<kGP>(nv[u][2], nv[u][3], n1w);
+        split_pair<kVN>(nv[u][0], nv[u][1], n0w);
+        split_pair<kVN>(nv[u][2], nv[u][3], n1w);
 #pragma unroll
         for (int part = 0; part < kGP; ++part) {
           *reinterpret_cast<uint2*>(y_pl + part * S::kVPlane + r * kLdV + c4) = make_uint2(y0[part], y1[part]);
+        }
+#pragma unroll
+        for (int part = 0; part < kVN; ++part) {
           *reinterpret_cast<uint2*>(vn_pl + part * S::kVPlane + r * kLdV + c4) = make_uint2(n0w[part], n1w[part]);
         }
         float dot = vv[u][0] * yv[u][0] + vv[u][1] * yv[u][1] + vv[u][2] * yv[u][2] + vv[u][3] * yv[u][3];
@@ -747,17 +753,20 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
       for (int u = 0; u < decltype(next_h)::kPer; ++u) {  // the staged slab rows as planes
         int const at = decltype(next_h)::row(u) * S::kLdS + decltype(next_h)::col(u), below = 8 * S::kLdS;
-        std::uint32_t h0[kGP], h1[kGP], d0w[kGP], d1w[kGP];
+        std::uint32_t h0[kGP], h1[kGP], d0w[kVN], d1w[kVN];
         split_pair<kGP>(next_h.v[u].x, next_h.v[u].y, h0);
         split_pair<kGP>(next_h.v[u].z, next_h.v[u].w, h1);
-        split_pair<kGP>(next_dh.v[u].x, next_dh.v[u].y, d0w);
-        split_pair<kGP>(next_dh.v[u].z, next_dh.v[u].w, d1w);
+        split_pair<kVN>(next_dh.v[u].x, next_dh.v[u].y, d0w);
+        split_pair<kVN>(next_dh.v[u].z, next_dh.v[u].w, d1w);
 #pragma unroll
         for (int part = 0; part < kGP; ++part) {
           auto* const hp = reinterpret_cast<std::uint32_t*>(h_pl + part * S::kSlabPlane + at);
-          auto* const dp = reinterpret_cast<std::uint32_t*>(dh_pl + part * S::kSlabPlane + at);
           hp[0] = h0[part];
           hp[below / 2] = h1[part];
+        }
+#pragma unroll
+        for (int part = 0; part < kVN; ++part) {
+          auto* const dp = reinterpret_cast<std::uint32_t*>(dh_pl + part * S::kSlabPlane + at);
           dp[0] = d0w[part];
           dp[below / 2] = d1w[part];
         }
@@ -770,13 +779,13 @@ __global__ void __launch_bounds__(kThreads, 1)
       float s1[2][4] = {}, s2[2][4] = {}, s3[2][4] = {};
 #pragma unroll
       for (int ks = 0; ks < V / 16; ++ks) {
-        std::uint32_t a_do[kPR][4], a_y[kGP][4], a_vn[kGP][4];
+        std::uint32_t a_do[kPR][4], a_y[kGP][4], a_vn[kVN][4];
         load_a_rows<T, kPR>(do_tile, kLdV, m0, 16 * ks, lane, a_do);
         load_a_planes<kGP>(y_pl, S::kVPlane, kLdV, m0, 16 * ks, lane, a_y);
-        load_a_planes<kGP>(vn_pl, S::kVPlane, kLdV, m0, 16 * ks, lane, a_vn);
-        std::uint32_t bh0[kGP][2], bh1[kGP][2], bd0[kGP][2], bd1[kGP][2];
+        load_a_planes<kVN>(vn_pl, S::kVPlane, kLdV, m0, 16 * ks, lane, a_vn);
+        std::uint32_t bh0[kGP][2], bh1[kGP][2], bd0[kVN][2], bd1[kVN][2];
         load_b_planes_rows_x2<kGP>(h_pl, S::kSlabPlane, S::kLdS, 16 * ks, 16 * half_w, lane, bh0, bh1);
-        load_b_planes_rows_x2<kGP>(dh_pl, S::kSlabPlane, S::kLdS, 16 * ks, 16 * half_w, lane, bd0, bd1);
+        load_b_planes_rows_x2<kVN>(dh_pl, S::kSlabPlane, S::kLdS, 16 * ks, 16 * half_w, lane, bd0, bd1);
         mma_split<kOrder>(s1[0], a_do, bh0);
         mma_split<kOrder>(s1[1], a_do, bh1);
         mma_split<kOrder>(s2[0], a_y, bh0);

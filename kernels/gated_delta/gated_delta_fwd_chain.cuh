@@ -299,7 +299,7 @@ __global__ void __launch_bounds__(kK * 2, 2) gated_delta_fwd_chunk_output(GatedD
   for (int nt = 0; nt < 8; ++nt) {
     store_tile_pairs(z[nt], lane, static_cast<T*>(p.o) + row0, std::int64_t(Hv) * V, 8 * nt, L);
     if (p.save) {
-      store_tile_pairs(vn[nt], lane, static_cast<Handover<T>*>(p.v_new) + row0, std::int64_t(Hv) * V, 8 * nt, L);
+      store_tile_pairs(vn[nt], lane, p.v_new + row0, std::int64_t(Hv) * V, 8 * nt, L);
     }
   }
 }

@@ -708,7 +708,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
 
     // Y_i = β_i (v_i − e^{G_i} rstd_k_i X_i) in place of X; v_new = Ainv Y, i.e. v_newᵀ = Yᵀ Ainvᵀ.
     float vn[8][4] = {};
-    auto* const vn_out = static_cast<Handover<T>*>(p.v_new) + (t0 * Hv + hv) * V + v0 + wc;  // when saving
+    auto* const vn_out = p.v_new + (t0 * Hv + hv) * V + v0 + wc;  // when saving
     if (does_v_new) {
       y_from_x(x, v_tile, Sm::kLdV, wc, rec_tile, lane);
 #pragma unroll

@@ -94,28 +94,32 @@ __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wai
 // output's rounding step (2^-9 / 2^-12). kOrder = 2 (fp32 inputs): ~2^-24, the accuracy of fp32 arithmetic. Raw
 // inputs need no split in bf16; fp16 values are exact as two bf16 parts, fp32 values as three.
 //
-// kGradParts: the parts of an fp32 intermediate in the 16-bit backward's per-chunk products (y, v_new, the dq̂ / dk̂
-// coefficients, h and dh_next), whose results reach only dq, dk, dβ (rounded to T) and dg (judged at one step of T):
-// one for bf16 (2^-9 relative, the size of those outputs' own rounding), two for fp16 (whose step is 2^-11). The
-// recurrences keep kOrder + 1 parts: their errors carry from chunk to chunk.
+// kGradParts: the parts of an fp32 intermediate in the 16-bit backward's per-chunk products (y, v_new in do v_newᵀ and
+// y v_newᵀ, the dq̂ / dk̂ coefficients, h), whose results reach only dq, dk, dβ (rounded to T) and dg (judged at one
+// step of T): one for bf16 (2^-9 relative, the size of those outputs' own rounding), two for fp16 (whose step is
+// 2^-11). The recurrences keep kOrder + 1 parts: their errors carry from chunk to chunk.
+// kVnDhParts: the parts of v_new and dh_next in the per-chunk product v_new dh_nextᵀ, at least two. Its row sums
+// c_i = e^{G_last − G_i} k̂_i·(dh_next v_new_i) enter dg as dg_t ⊃ Σ_{i<t} c_i, up to 63 rows of K·V products each,
+// while the rule judges dg at one step of its largest entry: with one bf16 part per operand (2^-9 each) a unit-scale
+// dh_next (a final-state gradient) put dg 1.4 bf16 steps off at 65536 tokens.
 template <typename T>
 struct SplitPolicy;
 template <>
 struct SplitPolicy<__nv_bfloat16> {
-  static constexpr int kOrder = 1, kRawParts = 1, kGradParts = 1;
+  static constexpr int kOrder = 1, kRawParts = 1, kGradParts = 1, kVnDhParts = 2;
 };
 template <>
 struct SplitPolicy<__half> {
-  static constexpr int kOrder = 1, kRawParts = 2, kGradParts = 2;
+  static constexpr int kOrder = 1, kRawParts = 2, kGradParts = 2, kVnDhParts = 2;
 };
 template <>
 struct SplitPolicy<float> {
-  static constexpr int kOrder = 2, kRawParts = 3, kGradParts = 3;
+  static constexpr int kOrder = 2, kRawParts = 3, kGradParts = 3, kVnDhParts = 3;
 };
 
-// The storage type of v_new (forward → backward) and y (backward recurrence → per-chunk kernel), whose only
-// consumer of their value is the per-chunk kernel: where it takes one part (kGradParts = 1, bf16 runs) the
-// intermediate is stored as that part, bf16; fp32 otherwise (gated_delta_handover_bytes on the host).
+// The storage type of y (backward recurrence → per-chunk kernel), whose only consumer is the per-chunk kernel: where
+// it takes one part (kGradParts = 1, bf16 runs) y is stored as that part, bf16; fp32 otherwise
+// (gated_delta_y_bytes on the host). v_new is fp32 in every run (kVnDhParts).
 template <typename T>
 using Handover = std::conditional_t<SplitPolicy<T>::kGradParts == 1, __nv_bfloat16, float>;
 

@@ -232,13 +232,13 @@ struct GatedDeltaFunction : torch::autograd::Function<GatedDeltaFunction> {
       k_rstd = at::empty({T, Hk}, f32);
       Ainv = at::empty({T, Hv, parts, kGatedDeltaChunk}, bf16);  // bf16 parts of the inverse
       h = at::empty({NC, Hv, V, K}, f32);  // the state entering every chunk, transposed (gated_delta.h)
-      v_new = at::empty({T, Hv, V}, gated_delta_handover_bytes(p.dtype) == 2 ? bf16 : f32);
+      v_new = at::empty({T, Hv, V}, f32);
       p.save = true;
       p.q_rstd = q_rstd.data_ptr<float>();
       p.k_rstd = k_rstd.data_ptr<float>();
       p.Ainv = static_cast<std::uint16_t*>(Ainv.data_ptr());
       p.h = h.data_ptr<float>();
-      p.v_new = v_new.data_ptr();
+      p.v_new = v_new.data_ptr<float>();
       if (gated_delta_saves_intra(p.dtype)) {
         P = at::empty({NC, Hv, parts, kGatedDeltaChunk, kGatedDeltaChunk}, bf16);
         brec = at::empty({T, Hv, kBwdRecord}, f32);
@@ -292,7 +292,7 @@ struct GatedDeltaFunction : torch::autograd::Function<GatedDeltaFunction> {
     p.k_rstd = saved[9].data_ptr<float>();
     p.Ainv = static_cast<std::uint16_t*>(saved[10].data_ptr());
     p.h = saved[11].data_ptr<float>();
-    p.v_new = saved[12].data_ptr();
+    p.v_new = saved[12].data_ptr<float>();
     if (saved[13].defined()) {  // gated_delta_saves_intra
       p.P = static_cast<std::uint16_t*>(saved[13].data_ptr());
       p.brec = saved[14].data_ptr<float>();
