@@ -126,9 +126,14 @@ struct GatedDeltaBwdParams : GatedDeltaFwdParams {
 std::size_t gated_delta_fwd_workspace_bytes(GatedDeltaFwdParams const& p);
 std::size_t gated_delta_bwd_workspace_bytes(GatedDeltaBwdParams const& p);
 
-// The schedule the forward runs for p (gated_delta_schedule.h): p.schedule when forced, else the forward launcher's
-// choice by shape on the current device. The backward's launcher makes its own choice by shape.
+// The schedule each pass runs for p (gated_delta_schedule.h): p.schedule when forced, else gated_delta_pick_schedule
+// on the current device's multiprocessors and the lean blocks each holds.
 GatedDeltaSchedule gated_delta_fwd_schedule(GatedDeltaFwdParams const& p);
+GatedDeltaSchedule gated_delta_bwd_schedule(GatedDeltaBwdParams const& p);
+// How many blocks of each pass's lean recurrence one multiprocessor with `smem_per_sm` bytes of shared memory holds
+// (at least 1), for a dtype and head size K in GatedDeltaHeadDims. Host functions that need no device.
+std::int64_t gated_delta_fwd_lean_blocks_per_sm(DType dtype, int K, int smem_per_sm);
+std::int64_t gated_delta_bwd_lean_blocks_per_sm(DType dtype, int K, int smem_per_sm);
 
 // The forward writes o (and final_state, and the saved tensors when p.save); `workspace` holds
 // gated_delta_fwd_workspace_bytes(p) bytes. The backward reads the tensors the forward saved (same p fields).

@@ -138,19 +138,19 @@ void launch_state(GatedDeltaBwdParams const& p, __nv_bfloat16 const* P_planes, f
 // The lean chain (gated_delta_schedule.h): two slabs of two warps per block.
 constexpr int kLeanSlabs = 2;
 
+static_assert(16 * kLeanSlabs == kGatedDeltaLeanColumns, "gated_delta_lean_blocks counts these blocks");
+
+// The lean chain by shape (gated_delta_bwd_schedule), else the full chain: 8 slabs per block where that leaves every
+// SM a block, 4 otherwise.
 template <typename T, int K, int V>
 void launch_state_for(GatedDeltaBwdParams const& p, __nv_bfloat16 const* P_planes, float const* rec, float* dh,
                       Handover<T>* y, cudaStream_t stream) {
-  int device = 0, sms = 0, smem_per_sm = 0;
+  if (gated_delta_bwd_schedule(p) == GatedDeltaSchedule::kLeanChain) {
+    return launch_state<T, K, kLeanSlabs, 2>(p, P_planes, rec, dh, y, stream);
+  }
+  int device = 0, sms = 0;
   FUSEPACK_CUDA_CHECK(cudaGetDevice(&device));
   FUSEPACK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  FUSEPACK_CUDA_CHECK(cudaDeviceGetAttribute(&smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
-  using Lean = StateBlockSmem<T, K, kLeanSlabs, 2>;
-  std::int64_t const lean_per_sm = std::max<std::int64_t>(1, smem_per_sm / (Lean::kBytes + 1024));
-  bool const lean = p.schedule == GatedDeltaSchedule::kByShape
-                        ? std::int64_t(p.N) * p.Hv * (V / Lean::Stage::kBV) <= sms * lean_per_sm
-                        : p.schedule == GatedDeltaSchedule::kLeanChain;
-  if (lean) return launch_state<T, K, kLeanSlabs, 2>(p, P_planes, rec, dh, y, stream);
   if constexpr (V % 128 == 0) {
     if (std::int64_t(p.N) * p.Hv * (V / 128) >= sms) {
       return launch_state<T, K, 8, 1>(p, P_planes, rec, dh, y, stream);
@@ -202,6 +202,25 @@ void launch(GatedDeltaBwdParams const& p, cudaStream_t stream) {
 }  // namespace
 
 std::size_t gated_delta_bwd_workspace_bytes(GatedDeltaBwdParams const& p) { return bwd_workspace(p).bytes; }
+
+std::int64_t gated_delta_bwd_lean_blocks_per_sm(DType dtype, int K, int smem_per_sm) {
+  std::size_t const smem = FUSEPACK_DTYPE_SWITCH(dtype, T, [&] {
+    return FUSEPACK_GATED_DELTA_HEAD_DIM_SWITCH(K, kK, [&] { return StateBlockSmem<T, kK, kLeanSlabs, 2>::kBytes; });
+  });
+  return std::max<std::int64_t>(1, static_cast<std::int64_t>(smem_per_sm / (smem + 1024)));
+}
+
+// By shape (gated_delta_pick_schedule): one lean block per SM in bf16 at K = 128 on the H200, so the backward runs
+// lean up to N·Hv = 33 at V = 128: one example of Hv = 32 lean, Hv = 48 full (the measured best of each).
+GatedDeltaSchedule gated_delta_bwd_schedule(GatedDeltaBwdParams const& p) {
+  if (p.schedule != GatedDeltaSchedule::kByShape) return p.schedule;
+  int device = 0, sms = 0, smem_per_sm = 0;
+  FUSEPACK_CUDA_CHECK(cudaGetDevice(&device));
+  FUSEPACK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  FUSEPACK_CUDA_CHECK(cudaDeviceGetAttribute(&smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
+  return gated_delta_pick_schedule(p.schedule, gated_delta_lean_blocks(p.N, p.Hv, p.V), sms,
+                                   gated_delta_bwd_lean_blocks_per_sm(p.dtype, p.K, smem_per_sm));
+}
 
 void run_gated_delta_bwd(GatedDeltaBwdParams const& p, cudaStream_t stream) {
   check_bwd_params(p);

@@ -294,21 +294,25 @@ void launch_lean_chain(GatedDeltaFwdParams const& p, float const* rec, __nv_bflo
 
 }  // namespace
 
-// By shape: the lean chain when its state chain runs in one wave (every block resident at once: few examples, where
-// the chain is the whole time; at V = 128 on the 132-SM H200, N·Hv <= 66 in bf16), the full chain otherwise. At 8192
-// tokens, Hv = 32: one example runs lean, 8 × 1024 full (kernels/gated_delta/NOTES.md has both schedules' times).
+std::int64_t gated_delta_fwd_lean_blocks_per_sm(DType dtype, int K, int smem_per_sm) {
+  static_assert(16 * kLeanSlabs == kGatedDeltaLeanColumns, "gated_delta_lean_blocks counts these blocks");
+  std::size_t const smem = FUSEPACK_DTYPE_SWITCH(dtype, T, [&] {
+    return FUSEPACK_GATED_DELTA_HEAD_DIM_SWITCH(K, kK, [&] { return ChainSmem<T, kK, kLeanSlabs>::kBytes; });
+  });
+  return std::max<std::int64_t>(1, static_cast<std::int64_t>(smem_per_sm / (smem + 1024)));
+}
+
+// By shape (gated_delta_pick_schedule): at V = 128 on the 132-SM H200, two lean blocks per SM in bf16, so the forward
+// runs lean up to N·Hv = 66; at 8192 tokens, Hv = 32: one example runs lean, 8 × 1024 full
+// (kernels/gated_delta/NOTES.md has both schedules' times).
 GatedDeltaSchedule gated_delta_fwd_schedule(GatedDeltaFwdParams const& p) {
   if (p.schedule != GatedDeltaSchedule::kByShape) return p.schedule;
   int device = 0, sms = 0, smem_per_sm = 0;
   FUSEPACK_CUDA_CHECK(cudaGetDevice(&device));
   FUSEPACK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   FUSEPACK_CUDA_CHECK(cudaDeviceGetAttribute(&smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
-  std::size_t const smem = FUSEPACK_DTYPE_SWITCH(p.dtype, T, [&] {
-    return FUSEPACK_GATED_DELTA_HEAD_DIM_SWITCH(p.K, kK, [&] { return ChainSmem<T, kK, kLeanSlabs>::kBytes; });
-  });
-  std::int64_t const per_sm = std::max<std::int64_t>(1, static_cast<std::int64_t>(smem_per_sm / (smem + 1024)));
-  std::int64_t const blocks = std::int64_t(p.N) * p.Hv * (p.V / (16 * kLeanSlabs));
-  return blocks <= sms * per_sm ? GatedDeltaSchedule::kLeanChain : GatedDeltaSchedule::kFullChain;
+  return gated_delta_pick_schedule(p.schedule, gated_delta_lean_blocks(p.N, p.Hv, p.V), sms,
+                                   gated_delta_fwd_lean_blocks_per_sm(p.dtype, p.K, smem_per_sm));
 }
 
 std::size_t gated_delta_fwd_workspace_bytes(GatedDeltaFwdParams const& p) {

@@ -2,6 +2,8 @@
 // backward's state gradient). Plain C++, no CUDA headers: the LibTorch op takes it as an argument on every build.
 #pragma once
 
+#include <cstdint>
+
 namespace fusepack {
 
 enum class GatedDeltaSchedule {
@@ -16,6 +18,22 @@ enum class GatedDeltaSchedule {
   // chain is the whole time.
   kLeanChain,
 };
+
+// Value columns per block of both passes' lean recurrences (two slabs of 16; the launchers assert it): a shape runs
+// N·Hv·V/32 lean blocks in each pass.
+inline constexpr int kGatedDeltaLeanColumns = 32;
+inline std::int64_t gated_delta_lean_blocks(std::int64_t N, std::int64_t Hv, std::int64_t V) {
+  return N * Hv * (V / kGatedDeltaLeanColumns);
+}
+
+// The by-shape rule of both passes, in one place: the lean chain when all of its blocks are resident at once (one
+// wave) on `sms` multiprocessors holding `lean_blocks_per_sm` each, so that few long examples, whose chain is the
+// whole time, get every multiprocessor; the full chain otherwise. A forced schedule is returned as it is.
+inline GatedDeltaSchedule gated_delta_pick_schedule(GatedDeltaSchedule requested, std::int64_t lean_blocks,
+                                                    std::int64_t sms, std::int64_t lean_blocks_per_sm) {
+  if (requested != GatedDeltaSchedule::kByShape) return requested;
+  return lean_blocks <= sms * lean_blocks_per_sm ? GatedDeltaSchedule::kLeanChain : GatedDeltaSchedule::kFullChain;
+}
 
 inline char const* gated_delta_schedule_name(GatedDeltaSchedule s) {
   switch (s) {

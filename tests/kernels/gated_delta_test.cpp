@@ -2,6 +2,10 @@
 // in fp64 and fp32, o, final_state and every gradient; the fused kernels against the reference under docs/contracts.md,
 // numerics with the composite in the same dtype as baseline (suites *Fused*: labels kernels + gpu), the no-leak
 // perturbation property and bitwise determinism of the fused backward on the GPU; T = 0; bad input.
+#ifdef FUSEPACK_TEST_CUDA_KERNELS
+#include "kernels/gated_delta/gated_delta.h"
+#endif
+#include "kernels/gated_delta/gated_delta_schedule.h"
 #include "kernels/ops/gated_delta.h"
 #include "reference/gated_delta.h"
 
@@ -670,6 +674,56 @@ TEST(GatedDeltaComposite, RefusesAForcedSchedule) {
                                      "' is a choice of the fused kernels");
   }
 }
+
+// The by-shape rule both passes apply (gated_delta_pick_schedule): the lean chain exactly when its blocks fit on the
+// GPU in one wave. The edge cases catch a '<' planted for the '<=' (one full wave would run the full chain).
+TEST(GatedDeltaSchedules, ByShapeIsLeanForOneWaveOfLeanBlocks) {
+  using S = GatedDeltaSchedule;
+  auto const name = [](S s) { return std::string(gated_delta_schedule_name(s)); };
+  EXPECT_EQ(name(gated_delta_pick_schedule(S::kByShape, 132, 132, 1)), name(S::kLeanChain));
+  EXPECT_EQ(name(gated_delta_pick_schedule(S::kByShape, 133, 132, 1)), name(S::kFullChain));
+  EXPECT_EQ(name(gated_delta_pick_schedule(S::kByShape, 264, 132, 2)), name(S::kLeanChain));
+  EXPECT_EQ(name(gated_delta_pick_schedule(S::kByShape, 265, 132, 2)), name(S::kFullChain));
+  // a forced schedule whatever the shape
+  EXPECT_EQ(name(gated_delta_pick_schedule(S::kFullChain, 1, 132, 2)), name(S::kFullChain));
+  EXPECT_EQ(name(gated_delta_pick_schedule(S::kLeanChain, std::int64_t(1) << 40, 132, 1)), name(S::kLeanChain));
+  // N·Hv·V/32 lean blocks
+  EXPECT_EQ(gated_delta_lean_blocks(1, 32, 128), 128);
+  EXPECT_EQ(gated_delta_lean_blocks(8, 48, 64), 768);
+}
+
+#ifdef FUSEPACK_TEST_CUDA_KERNELS
+// What the op runs by default at the shapes kernels/gated_delta/NOTES.md reports, on the H200's figures (132 SMs of
+// 233,472 bytes of shared memory; host arithmetic, no device needed). The lean blocks per SM follow from the lean
+// kernels' shared memory (bf16, K = 128: two per SM forward, one backward): a kernel change that moves them changes
+// which schedule these shapes run, and the notes' by-shape timings with it, so it has to show up here.
+TEST(GatedDeltaSchedules, ByShapeOnTheH200) {
+  using S = GatedDeltaSchedule;
+  auto const name = [](S s) { return std::string(gated_delta_schedule_name(s)); };
+  constexpr std::int64_t kSms = 132;
+  constexpr int kSmemPerSm = 233472;
+  std::int64_t const fwd_per_sm = gated_delta_fwd_lean_blocks_per_sm(DType::kBF16, 128, kSmemPerSm);
+  std::int64_t const bwd_per_sm = gated_delta_bwd_lean_blocks_per_sm(DType::kBF16, 128, kSmemPerSm);
+  EXPECT_EQ(fwd_per_sm, 2);
+  EXPECT_EQ(bwd_per_sm, 1);
+  struct Shape {
+    char const* name;
+    std::int64_t N, Hv;
+    S fwd, bwd;
+  };
+  for (Shape const& s : {Shape{"1x8192 Hv=32", 1, 32, S::kLeanChain, S::kLeanChain},
+                         Shape{"1x32768 Hv=32", 1, 32, S::kLeanChain, S::kLeanChain},
+                         Shape{"8x1024 Hv=32", 8, 32, S::kFullChain, S::kFullChain},
+                         Shape{"1x8192 Hv=48 (Qwen3.5-27B)", 1, 48, S::kLeanChain, S::kFullChain},
+                         Shape{"8x1024 Hv=48", 8, 48, S::kFullChain, S::kFullChain},
+                         Shape{"9 examples, Hv=16 (a Qwen3.5-0.8B pack)", 9, 16, S::kFullChain, S::kFullChain}}) {
+    SCOPED_TRACE(s.name);
+    std::int64_t const blocks = gated_delta_lean_blocks(s.N, s.Hv, 128);
+    EXPECT_EQ(name(gated_delta_pick_schedule(S::kByShape, blocks, kSms, fwd_per_sm)), name(s.fwd));
+    EXPECT_EQ(name(gated_delta_pick_schedule(S::kByShape, blocks, kSms, bwd_per_sm)), name(s.bwd));
+  }
+}
+#endif
 
 // fp64 q may bring g and the state in fp64 (the state is then fp64 throughout) or in fp32.
 TEST(GatedDeltaOps, Fp64InputTakesFp32OrFp64DecayAndState) {
