@@ -126,9 +126,11 @@ struct GatedDeltaBwdParams : GatedDeltaFwdParams {
 std::size_t gated_delta_fwd_workspace_bytes(GatedDeltaFwdParams const& p);
 std::size_t gated_delta_bwd_workspace_bytes(GatedDeltaBwdParams const& p);
 
-// The schedule each pass runs for p (gated_delta_schedule.h): p.schedule when forced, else gated_delta_pick_schedule
-// on the current device's multiprocessors and the lean blocks each holds.
-GatedDeltaSchedule gated_delta_fwd_schedule(GatedDeltaFwdParams const& p);
+// The schedule a pass runs for p (gated_delta_schedule.h): p.schedule when forced, else gated_delta_pick_schedule on
+// the current device's multiprocessors and the pass's lean blocks per multiprocessor (below).
+enum class GatedDeltaPass { kForward, kBackward };
+GatedDeltaSchedule gated_delta_schedule_on_device(GatedDeltaFwdParams const& p, GatedDeltaPass pass);
+GatedDeltaSchedule gated_delta_fwd_schedule(GatedDeltaFwdParams const& p);  // the forward's, the backward's
 GatedDeltaSchedule gated_delta_bwd_schedule(GatedDeltaBwdParams const& p);
 // How many blocks of each pass's lean recurrence one multiprocessor with `smem_per_sm` bytes of shared memory holds
 // (at least 1), for a dtype and head size K in GatedDeltaHeadDims. Host functions that need no device.

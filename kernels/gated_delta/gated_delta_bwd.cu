@@ -210,16 +210,10 @@ std::int64_t gated_delta_bwd_lean_blocks_per_sm(DType dtype, int K, int smem_per
   return std::max<std::int64_t>(1, static_cast<std::int64_t>(smem_per_sm / (smem + 1024)));
 }
 
-// By shape (gated_delta_pick_schedule): one lean block per SM in bf16 at K = 128 on the H200, so the backward runs
-// lean up to N·Hv = 33 at V = 128: one example of Hv = 32 lean, Hv = 48 full (the measured best of each).
+// By shape: one lean block per SM in bf16 at K = 128 on the H200, so the backward runs lean up to N·Hv = 33 at
+// V = 128: one example of Hv = 32 lean, Hv = 48 full (the measured best of each).
 GatedDeltaSchedule gated_delta_bwd_schedule(GatedDeltaBwdParams const& p) {
-  if (p.schedule != GatedDeltaSchedule::kByShape) return p.schedule;
-  int device = 0, sms = 0, smem_per_sm = 0;
-  FUSEPACK_CUDA_CHECK(cudaGetDevice(&device));
-  FUSEPACK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  FUSEPACK_CUDA_CHECK(cudaDeviceGetAttribute(&smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
-  return gated_delta_pick_schedule(p.schedule, gated_delta_lean_blocks(p.N, p.Hv, p.V), sms,
-                                   gated_delta_bwd_lean_blocks_per_sm(p.dtype, p.K, smem_per_sm));
+  return gated_delta_schedule_on_device(p, GatedDeltaPass::kBackward);
 }
 
 void run_gated_delta_bwd(GatedDeltaBwdParams const& p, cudaStream_t stream) {

@@ -302,17 +302,23 @@ std::int64_t gated_delta_fwd_lean_blocks_per_sm(DType dtype, int K, int smem_per
   return std::max<std::int64_t>(1, static_cast<std::int64_t>(smem_per_sm / (smem + 1024)));
 }
 
-// By shape (gated_delta_pick_schedule): at V = 128 on the 132-SM H200, two lean blocks per SM in bf16, so the forward
-// runs lean up to N·Hv = 66; at 8192 tokens, Hv = 32: one example runs lean, 8 × 1024 full
-// (kernels/gated_delta/NOTES.md has both schedules' times).
-GatedDeltaSchedule gated_delta_fwd_schedule(GatedDeltaFwdParams const& p) {
+GatedDeltaSchedule gated_delta_schedule_on_device(GatedDeltaFwdParams const& p, GatedDeltaPass pass) {
   if (p.schedule != GatedDeltaSchedule::kByShape) return p.schedule;
   int device = 0, sms = 0, smem_per_sm = 0;
   FUSEPACK_CUDA_CHECK(cudaGetDevice(&device));
   FUSEPACK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   FUSEPACK_CUDA_CHECK(cudaDeviceGetAttribute(&smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
-  return gated_delta_pick_schedule(p.schedule, gated_delta_lean_blocks(p.N, p.Hv, p.V), sms,
-                                   gated_delta_fwd_lean_blocks_per_sm(p.dtype, p.K, smem_per_sm));
+  std::int64_t const per_sm = pass == GatedDeltaPass::kForward
+                                  ? gated_delta_fwd_lean_blocks_per_sm(p.dtype, p.K, smem_per_sm)
+                                  : gated_delta_bwd_lean_blocks_per_sm(p.dtype, p.K, smem_per_sm);
+  return gated_delta_pick_schedule(p.schedule, gated_delta_lean_blocks(p.N, p.Hv, p.V), sms, per_sm);
+}
+
+// By shape: at V = 128 on the 132-SM H200, two lean blocks per SM in bf16, so the forward runs lean up to N·Hv = 66;
+// at 8192 tokens, Hv = 32: one example runs lean, 8 × 1024 full (kernels/gated_delta/NOTES.md has both schedules'
+// times).
+GatedDeltaSchedule gated_delta_fwd_schedule(GatedDeltaFwdParams const& p) {
+  return gated_delta_schedule_on_device(p, GatedDeltaPass::kForward);
 }
 
 std::size_t gated_delta_fwd_workspace_bytes(GatedDeltaFwdParams const& p) {
