@@ -157,8 +157,9 @@ GatedDeltaChunkedOut gated_delta_chunked_fwd(GatedDeltaChunkedInputs const& in, 
 //      outer product): dq̂, dk̂ of the value head, dβ, and dg as the reverse in-chunk cumsum of dG;
 //  (d) per token and key head: dq̂, dk̂ summed over the group's value heads in head order, then the scale and the
 //      l2norm backward.
-GatedDeltaGrads gated_delta_chunked_bwd(GatedDeltaChunkedInputs const& in, GatedDeltaChunkedSaved const& s, Tensor const& dout, Tensor const& dfinal_state,
-                                 Index chunk) {
+GatedDeltaGrads gated_delta_chunked_bwd(GatedDeltaChunkedInputs const& in, GatedDeltaChunkedSaved const& s,
+                                        Tensor const& dout, Tensor const& dfinal_state, Index chunk,
+                                        GatedDeltaChunkedOperands const& operands) {
   Index const T = in.q.size(0), Hk = in.Hk(), Hv = in.Hv(), K = in.K(), V = in.V();
   Index const N = Index(in.cu_seqlens.size()) - 1, group = Hv / Hk;
   std::vector<Chunk> const chunks = chunk_table(in.cu_seqlens, chunk);
@@ -219,8 +220,15 @@ GatedDeltaGrads gated_delta_chunked_bwd(GatedDeltaChunkedInputs const& in, Gated
       Mat y(L, V);
       for (Index i = 0; i < L; ++i) y.row(i) = y_all.vec({c.start + i, j}).transpose();
       Mat const P = intra_p(cv), A_hat = intra_a_hat(cv);
-      Mat const D1 = d_o * vn.transpose(), D2 = y * vn.transpose();
-      Mat const S1 = d_o * h.transpose(), S2 = y * h.transpose(), S3 = vn * dhn.transpose();  // [L, K]
+      auto const read = [](Mat m, std::function<double(double)> const& as_read) {
+        if (as_read) m = m.unaryExpr(as_read);
+        return m;
+      };
+      Mat const vn1 = read(vn, operands.intermediate), y1 = read(y, operands.intermediate),
+                h1 = read(h, operands.intermediate);
+      Mat const D1 = d_o * vn1.transpose(), D2 = y1 * vn1.transpose();
+      Mat const S1 = d_o * h1.transpose(), S2 = y1 * h1.transpose(),
+                S3 = read(vn, operands.vn_dh) * read(dhn, operands.vn_dh).transpose();  // [L, K]
       Mat dP(L, L), B(L, L);  // dP ⊙ decay (i >= j); B = β_i dA_ij decay (i > j)
       Vec dG = Vec::Zero(L), dbeta = Vec::Zero(L);
       for (Index i = 0; i < L; ++i) {
@@ -244,7 +252,7 @@ GatedDeltaGrads gated_delta_chunked_bwd(GatedDeltaChunkedInputs const& in, Gated
         double const ks3 = sk * cv.k_hat.row(i).dot(S3.row(i));
         dG(i) += Gi * cv.q_hat.row(i).dot(S1.row(i)) - bG * cv.k_hat.row(i).dot(S2.row(i)) - ks3;
         last += ks3;
-        dbeta(i) += -Gi * cv.k_hat.row(i).dot(S2.row(i)) + cv.v.row(i).dot(y.row(i));
+        dbeta(i) += -Gi * cv.k_hat.row(i).dot(S2.row(i)) + cv.v.row(i).dot(y1.row(i));
       }
       dG(L - 1) += last;
       double acc = 0;

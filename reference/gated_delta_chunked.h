@@ -9,6 +9,7 @@
 #include "reference/tensor.h"
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 namespace fusepack::ref {
@@ -36,10 +37,20 @@ struct GatedDeltaChunkedOut {
   GatedDeltaChunkedSaved saved;
 };
 
+// The operands of the backward's per-chunk products (step (c) in the .cpp) as a kernel reads them, to study a split
+// policy (kernels/gated_delta/gated_delta_mma.cuh, SplitPolicy) in fp64: each function maps an operand's exact value to
+// the value the product reads, say the sum of its first bf16 parts; unset, the operand is read exactly. The products
+// themselves stay exact in fp64, so the result differs from the exact backward by these roundings alone.
+struct GatedDeltaChunkedOperands {
+  std::function<double(double)> intermediate;  // y, h, and v_new in do v_newᵀ and y v_newᵀ (kGradParts)
+  std::function<double(double)> vn_dh;         // v_new and dh_next in v_new dh_nextᵀ (kVnDhParts)
+};
+
 // The forward, chunk by chunk (chunks of at most `chunk` tokens, never across examples).
 GatedDeltaChunkedOut gated_delta_chunked_fwd(GatedDeltaChunkedInputs const& in, Index chunk);
 // The backward from the inputs and the saved tensors only, as the kernels compute it (steps in the .cpp).
 GatedDeltaGrads gated_delta_chunked_bwd(GatedDeltaChunkedInputs const& in, GatedDeltaChunkedSaved const& s,
-                                        Tensor const& dout, Tensor const& dfinal_state, Index chunk);
+                                        Tensor const& dout, Tensor const& dfinal_state, Index chunk,
+                                        GatedDeltaChunkedOperands const& operands = {});
 
 }  // namespace fusepack::ref
