@@ -3,10 +3,10 @@
 // reset to the example's initial state (or zeros) at every example start. q/k l2-normalisation and the scale are
 // fused in. Numerical contract: inputs widened to fp32; state, its chunk-to-chunk recurrence and every accumulation
 // in fp32; one rounding of o (and of dq, dk, dv, dbeta) to the input dtype; 16-bit runs' products on the tensor cores
-// over bf16 parts of their operands (gated_delta_mma.cuh's SplitPolicy: ~2^-16 relative, 2^-9 for the fp32
-// intermediates of the bf16 backward's per-chunk products, which reach only its rounded gradients and dg). The
-// backward is bitwise deterministic:
-// every sum has a fixed order (no atomics), including the sum over the value heads that share a key head.
+// over bf16 parts of their operands (gated_delta_mma.cuh's SplitPolicy: ~2^-16 relative; 2^-9 for most fp32
+// intermediates of the bf16 backward's per-chunk products, which reach only its rounded gradients and dg, whose
+// budget the CPU checks the policy against in tests/reference/gated_delta_chunked_test.cpp). The backward is bitwise
+// deterministic: every sum has a fixed order (no atomics), including the sum over the value heads of a key head.
 #pragma once
 
 #include "kernels/common/dtype.h"

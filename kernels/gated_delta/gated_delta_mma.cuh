@@ -101,7 +101,8 @@ __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wai
 // kVnDhParts: the parts of v_new and dh_next in the per-chunk product v_new dh_nextᵀ, at least two. Its row sums
 // c_i = e^{G_last − G_i} k̂_i·(dh_next v_new_i) enter dg as dg_t ⊃ Σ_{i<t} c_i, up to 63 rows of K·V products each,
 // while the rule judges dg at one step of its largest entry: with one bf16 part per operand (2^-9 each) a unit-scale
-// dh_next (a final-state gradient) put dg 1.4 bf16 steps off at 65536 tokens.
+// dh_next (a final-state gradient) put dg 1.4 bf16 steps off at 65536 tokens. The CPU tests
+// GatedDeltaChunked.Bf16SplitPolicy* hold this policy to dg's budget in fp64 (GatedDeltaChunkedOperands).
 template <typename T>
 struct SplitPolicy;
 template <>
