@@ -30,6 +30,11 @@
 #include <tuple>
 #include <vector>
 
+namespace fusepack {
+// GoogleTest prints a schedule by its name (found by argument-dependent lookup in the enum's namespace).
+void PrintTo(GatedDeltaSchedule s, std::ostream* os) { *os << gated_delta_schedule_name(s); }
+}  // namespace fusepack
+
 namespace fusepack::test {
 namespace {
 
@@ -679,14 +684,13 @@ TEST(GatedDeltaComposite, RefusesAForcedSchedule) {
 // GPU in one wave. The edge cases catch a '<' planted for the '<=' (one full wave would run the full chain).
 TEST(GatedDeltaSchedules, ByShapeIsLeanForOneWaveOfLeanBlocks) {
   using S = GatedDeltaSchedule;
-  auto const name = [](S s) { return std::string(gated_delta_schedule_name(s)); };
-  EXPECT_EQ(name(gated_delta_pick_schedule(S::kByShape, 132, 132, 1)), name(S::kLeanChain));
-  EXPECT_EQ(name(gated_delta_pick_schedule(S::kByShape, 133, 132, 1)), name(S::kFullChain));
-  EXPECT_EQ(name(gated_delta_pick_schedule(S::kByShape, 264, 132, 2)), name(S::kLeanChain));
-  EXPECT_EQ(name(gated_delta_pick_schedule(S::kByShape, 265, 132, 2)), name(S::kFullChain));
+  EXPECT_EQ(gated_delta_pick_schedule(S::kByShape, 132, 132, 1), S::kLeanChain);
+  EXPECT_EQ(gated_delta_pick_schedule(S::kByShape, 133, 132, 1), S::kFullChain);
+  EXPECT_EQ(gated_delta_pick_schedule(S::kByShape, 264, 132, 2), S::kLeanChain);
+  EXPECT_EQ(gated_delta_pick_schedule(S::kByShape, 265, 132, 2), S::kFullChain);
   // a forced schedule whatever the shape
-  EXPECT_EQ(name(gated_delta_pick_schedule(S::kFullChain, 1, 132, 2)), name(S::kFullChain));
-  EXPECT_EQ(name(gated_delta_pick_schedule(S::kLeanChain, std::int64_t(1) << 40, 132, 1)), name(S::kLeanChain));
+  EXPECT_EQ(gated_delta_pick_schedule(S::kFullChain, 1, 132, 2), S::kFullChain);
+  EXPECT_EQ(gated_delta_pick_schedule(S::kLeanChain, std::int64_t(1) << 40, 132, 1), S::kLeanChain);
   // N·Hv·V/32 lean blocks
   EXPECT_EQ(gated_delta_lean_blocks(1, 32, 128), 128);
   EXPECT_EQ(gated_delta_lean_blocks(8, 48, 64), 768);
@@ -699,7 +703,6 @@ TEST(GatedDeltaSchedules, ByShapeIsLeanForOneWaveOfLeanBlocks) {
 // which schedule these shapes run, and the notes' by-shape timings with it, so it has to show up here.
 TEST(GatedDeltaSchedules, ByShapeOnTheH200) {
   using S = GatedDeltaSchedule;
-  auto const name = [](S s) { return std::string(gated_delta_schedule_name(s)); };
   constexpr std::int64_t kSms = 132;
   constexpr int kSmemPerSm = 233472;
   std::int64_t const fwd_per_sm = gated_delta_fwd_lean_blocks_per_sm(DType::kBF16, 128, kSmemPerSm);
@@ -719,8 +722,8 @@ TEST(GatedDeltaSchedules, ByShapeOnTheH200) {
                          Shape{"9 examples, Hv=16 (a Qwen3.5-0.8B pack)", 9, 16, S::kFullChain, S::kFullChain}}) {
     SCOPED_TRACE(s.name);
     std::int64_t const blocks = gated_delta_lean_blocks(s.N, s.Hv, 128);
-    EXPECT_EQ(name(gated_delta_pick_schedule(S::kByShape, blocks, kSms, fwd_per_sm)), name(s.fwd));
-    EXPECT_EQ(name(gated_delta_pick_schedule(S::kByShape, blocks, kSms, bwd_per_sm)), name(s.bwd));
+    EXPECT_EQ(gated_delta_pick_schedule(S::kByShape, blocks, kSms, fwd_per_sm), s.fwd);
+    EXPECT_EQ(gated_delta_pick_schedule(S::kByShape, blocks, kSms, bwd_per_sm), s.bwd);
   }
 }
 #endif
