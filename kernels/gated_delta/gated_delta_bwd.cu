@@ -207,7 +207,7 @@ std::int64_t gated_delta_bwd_lean_blocks_per_sm(DType dtype, int K, int smem_per
   std::size_t const smem = FUSEPACK_DTYPE_SWITCH(dtype, T, [&] {
     return FUSEPACK_GATED_DELTA_HEAD_DIM_SWITCH(K, kK, [&] { return StateBlockSmem<T, kK, kLeanSlabs, 2>::kBytes; });
   });
-  return std::max<std::int64_t>(1, static_cast<std::int64_t>(smem_per_sm / (smem + 1024)));
+  return gated_delta_blocks_per_sm(smem, smem_per_sm);
 }
 
 // By shape: one lean block per SM in bf16 at K = 128 on the H200, so the backward runs lean up to N·Hv = 33 at

@@ -299,7 +299,7 @@ std::int64_t gated_delta_fwd_lean_blocks_per_sm(DType dtype, int K, int smem_per
   std::size_t const smem = FUSEPACK_DTYPE_SWITCH(dtype, T, [&] {
     return FUSEPACK_GATED_DELTA_HEAD_DIM_SWITCH(K, kK, [&] { return ChainSmem<T, kK, kLeanSlabs>::kBytes; });
   });
-  return std::max<std::int64_t>(1, static_cast<std::int64_t>(smem_per_sm / (smem + 1024)));
+  return gated_delta_blocks_per_sm(smem, smem_per_sm);
 }
 
 GatedDeltaSchedule gated_delta_schedule_on_device(GatedDeltaFwdParams const& p, GatedDeltaPass pass) {
