@@ -5,6 +5,7 @@
 #include "kernels/ops/rmsnorm.h"
 #include "trainer/model/batch.h"
 #include "trainer/model/config.h"
+#include "trainer/model/init.h"
 #include "trainer/model/layers.h"
 #include "trainer/model/model.h"
 #include "trainer/model/parameters.h"
@@ -765,6 +766,16 @@ TEST(Qwen35Model, ComputeDtypeCastsTheWeightsAndGradientsReachTheMasterWeights) 
   }
 }
 
+// bf16 compute over fp32 masters, composite ops, on `device`.
+ModelOptions composite_bf16_over_fp32(at::Device device) {
+  ModelOptions o;
+  o.dtype = at::kFloat;
+  o.compute_dtype = at::kBFloat16;
+  o.device = device;
+  o.backend = ops::Backend::kComposite;
+  return o;
+}
+
 // A weight group's casts are one multi-tensor copy with one backward for the group: each weight must be its own
 // master's cast to the bit, and each master must receive the gradient of its own cast, however the group's tensors are
 // ordered. Each cast weight gets its own random upstream gradient, so a backward that hands a gradient to another
@@ -772,12 +783,7 @@ TEST(Qwen35Model, ComputeDtypeCastsTheWeightsAndGradientsReachTheMasterWeights) 
 // compared bitwise, since a cast of each tensor by itself is the definition.
 void expect_group_casts_are_per_tensor_casts(at::Device device) {
   Qwen35Config const c = model::preset("qwen35-tiny");
-  ModelOptions o;
-  o.dtype = at::kFloat;
-  o.compute_dtype = at::kBFloat16;
-  o.device = device;
-  o.backend = ops::Backend::kComposite;
-  Qwen35ForCausalLM const m(c, o);
+  Qwen35ForCausalLM const m(c, composite_bf16_over_fp32(device));
   model::LocalWeights w(c, m.named_parameters(), m.mixed_precision());
   for (model::WeightGroup const& group : {model::WeightGroup::decoder_layer(0), model::WeightGroup::head()}) {
     model::GroupWeights const got = w.acquire(group);
@@ -811,6 +817,62 @@ TEST(LocalWeights, AGroupCastIsEachTensorsCastAndGradientsReachTheirOwnMasters) 
 TEST(LocalWeightsCuda, AGroupCastIsEachTensorsCastAndGradientsReachTheirOwnMasters) {
   FUSEPACK_SKIP_WITHOUT_CUDA();
   expect_group_casts_are_per_tensor_casts(at::Device(at::kCUDA, 0));
+}
+
+// The casts are kept as compute copies: asked again with the masters unchanged, the source hands out the same copy
+// (no new cast); after an in-place change of a master (an ATen operation, or init_parameter_rows writing through a
+// raw pointer) it hands out that master's new cast, to the bit, and the other copies unchanged. A tied embedding is one
+// copy for both its groups. Catches, planted: validity that ignores the version (the old values served after the
+// change), init_parameter_rows not bumping the version.
+void expect_compute_copies_follow_their_masters(at::Device device) {
+  Qwen35Config const c = model::preset("qwen35-tiny");
+  Qwen35ForCausalLM const m(c, composite_bf16_over_fp32(device));
+  model::LocalWeights w(c, m.named_parameters(), m.mixed_precision());
+  model::WeightGroup const layer = model::WeightGroup::decoder_layer(0);
+  model::GroupWeights const first = w.acquire(layer);
+  model::GroupWeights const again = w.acquire(layer);
+  std::string const changed = "model.layers.0.mlp.up_proj.weight", raw = "model.layers.0.mlp.down_proj.weight";
+  ASSERT_TRUE(first.count(changed) && first.count(raw));
+  for (auto const& [name, t] : first) {
+    if (t.scalar_type() != at::kBFloat16) continue;  // A_log and dt_bias are read in the master dtype
+    EXPECT_EQ(again.at(name).data_ptr(), t.data_ptr()) << name << ": cast again with its master unchanged";
+  }
+  std::map<std::string, at::Tensor> before;
+  for (auto const& [name, t] : first) before[name] = t.detach().clone();
+  {
+    at::NoGradGuard no_grad;
+    m.parameter(changed).add_(0.25);
+    at::Tensor raw_master = m.parameter(raw);
+    for (model::ParameterSpec const& spec : model::parameter_specs(c)) {
+      if (spec.name == raw) model::init_parameter_rows(spec, 0.5, /*seed=*/77, /*row_begin=*/0, raw_master);
+    }
+  }
+  model::GroupWeights const after = w.acquire(layer);
+  for (auto const& [name, t] : after) {
+    at::Tensor const want = m.parameter(name).detach().to(t.scalar_type());
+    EXPECT_TRUE(at::equal(t.detach(), want)) << name << " is not its master's cast after the change";
+    if (name == changed || name == raw) {
+      EXPECT_FALSE(at::equal(t.detach(), before.at(name))) << name << ": the change did not reach the cast";
+    } else {
+      EXPECT_TRUE(at::equal(t.detach(), before.at(name))) << name << " changed with another master";
+    }
+  }
+  if (c.tie_word_embeddings) {
+    std::string const embed = "model.embed_tokens.weight";
+    EXPECT_EQ(w.acquire(model::WeightGroup::embedding()).at(embed).data_ptr(),
+              w.acquire(model::WeightGroup::head()).at(embed).data_ptr())
+        << "a tied embedding is cast twice";
+    EXPECT_EQ(w.compute_copies().count(embed), 1u);
+  }
+}
+
+TEST(LocalWeights, ComputeCopiesServeWhileTheirMastersAreUnchanged) {
+  expect_compute_copies_follow_their_masters(at::kCPU);
+}
+
+TEST(LocalWeightsCuda, ComputeCopiesServeWhileTheirMastersAreUnchanged) {
+  FUSEPACK_SKIP_WITHOUT_CUDA();
+  expect_compute_copies_follow_their_masters(at::Device(at::kCUDA, 0));
 }
 
 #ifdef FUSEPACK_TEST_CUDA_SLEEP

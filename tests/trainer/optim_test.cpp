@@ -1,6 +1,7 @@
 // trainer/optim, on the CPU in fp64 unless said: AdamW against hand-derived values and an independent scalar loop of
-// the torch formula (weight decay, bias correction, state, checkpoint resume), its fused and foreach kernels (fp32,
-// fp64; CPU, and CUDA in *Cuda*) against that loop within a bound derived from counting roundings, the decay rule on
+// the torch formula (weight decay, bias correction, state, checkpoint resume), its kernels (fusepack's one-pass
+// CUDA kernel with its compute copies, ATen's fused one, the foreach operations; fp32, fp64; CPU, and CUDA in
+// *Cuda*) against that loop within a bound derived from counting roundings, the decay rule on
 // Qwen3.5 names, the cosine schedule at its key steps, clipping by global norm (below, at and above max_norm, over
 // ranks, mixed dtypes, non-finite), and step-level loss normalisation (sum / total, gradients equal to the full
 // batch's, the per-micro-batch mean caught).
@@ -308,10 +309,11 @@ struct KernelCase {
   std::vector<double> lrs;                     // [step]
   at::ScalarType dtype = at::kFloat;
   AdamWOptions options;
+  bool offset_params = false;  // each parameter one element into a buffer: not 16-byte aligned (element-wise path)
 };
 
-KernelCase kernel_case(std::mt19937_64& rng, at::ScalarType dtype) {
-  std::vector<std::vector<int64_t>> const shapes = {{65537}, {3, 5}, {7}, {128, 129}, {1}};
+KernelCase kernel_case(std::mt19937_64& rng, at::ScalarType dtype,
+                       std::vector<std::vector<int64_t>> const& shapes = {{65537}, {3, 5}, {7}, {128, 129}, {1}}) {
   KernelCase c;
   c.dtype = dtype;
   c.lrs = {2e-3, 1e-2, 5e-3, 1e-3};
@@ -421,7 +423,14 @@ KernelRun run_adamw(KernelCase const& c, at::Device device, optim::AdamWKernel k
   std::vector<NamedParameter> params;
   // Copies (to() returns the tensor itself when it already has the device and dtype: fp64 on the CPU).
   for (std::size_t i = 0; i < c.init.size(); ++i) {
-    params.push_back(named(c.names[i], c.init[i].to(device, c.dtype).clone()));
+    at::Tensor p = c.init[i].to(device, c.dtype).clone();
+    if (c.offset_params) {
+      at::Tensor const buffer = at::empty({p.numel() + 1}, p.options());
+      at::Tensor const view = buffer.narrow(0, 1, p.numel()).view(p.sizes());
+      view.copy_(p);
+      p = view;
+    }
+    params.push_back(named(c.names[i], p));
   }
   AdamWOptions options = c.options;
   options.kernel = kernel;
@@ -548,30 +557,68 @@ TEST(AdamW, FusedAndForeachUpdatesStayWithinTheRoundingBoundOfTheFp64Reference) 
   }
 }
 
-// The fused kernel on the GPU, fp32 master weights (training's case). Catches, planted in AdamW::fused_update: the
-// step count before the increment (t − 1: NaN from step 1) and the weight decay passed to the undecayed list (off by
-// Σ lr·wd·|p| = 1.7e-3 of |p|: 2.5e3 times the bound on the CPU run).
-TEST(AdamW, CudaFusedFp32UpdateStaysWithinTheRoundingBoundOfTheFp64Reference) {
+// fusepack's kernel, the CUDA default, fp32 master weights (training's case). The planted variants of the reference
+// (bias corrections a step ahead, decay on the undecayed list) must land outside the bound, and do by 1,400× and
+// 2,200× on the H200, so a kernel with either bug fails. Also caught, planted on the H200: a block routed to the
+// neighbouring parameter (the binary search off by one).
+TEST(AdamW, CudaFusepackFp32UpdateStaysWithinTheRoundingBoundOfTheFp64Reference) {
   FUSEPACK_SKIP_WITHOUT_CUDA();
   auto rng = test_rng();
   KernelCase const c = kernel_case(rng, at::kFloat);
   References const refs = references(c);
   KernelRun const automatic = run_adamw(c, at::kCUDA, optim::AdamWKernel::kAuto);
-  expect_matches_reference("CUDA fp32", c, refs, automatic);
-  // The default on CUDA is the fused kernel: the same bits as a run forced onto it (the kernel is deterministic).
-  KernelRun const fused = run_adamw(c, at::kCUDA, optim::AdamWKernel::kFused);
+  expect_matches_reference("CUDA fp32 (fusepack)", c, refs, automatic);
+  // The default on CUDA is fusepack's kernel: the same bits as a run forced onto it (the kernel is deterministic).
+  KernelRun const forced = run_adamw(c, at::kCUDA, optim::AdamWKernel::kFusepack);
   for (std::size_t i = 0; i < c.init.size(); ++i) {
-    EXPECT_TRUE(at::equal(automatic.p[i], fused.p[i])) << c.names[i] << ": the CUDA default is not the fused kernel";
+    EXPECT_TRUE(at::equal(automatic.p[i], forced.p[i])) << c.names[i] << ": the CUDA default is not fusepack's kernel";
   }
 }
 
-// fp64 parameters on the GPU take the fused kernel too: within 2B of the reference (up to ~1e-14 relative). Catches
-// the same planted bugs.
-TEST(AdamW, CudaFusedFp64UpdateStaysWithinTheRoundingBoundOfTheFp64Reference) {
+// ATen's fused kernel on the GPU, on request: within the same bound. Catches the same planted bugs in
+// AdamW::fused_update.
+TEST(AdamW, CudaAtenFusedFp32UpdateStaysWithinTheRoundingBoundOfTheFp64Reference) {
+  FUSEPACK_SKIP_WITHOUT_CUDA();
+  auto rng = test_rng();
+  KernelCase const c = kernel_case(rng, at::kFloat);
+  expect_matches_reference("CUDA fp32 (ATen fused)", c, references(c),
+                           run_adamw(c, at::kCUDA, optim::AdamWKernel::kFused));
+}
+
+// fp64 parameters on the GPU take both one-pass kernels too: within 2B of the reference (up to ~1e-14 relative).
+TEST(AdamW, CudaFp64UpdatesStayWithinTheRoundingBoundOfTheFp64Reference) {
   FUSEPACK_SKIP_WITHOUT_CUDA();
   auto rng = test_rng();
   KernelCase const c = kernel_case(rng, at::kDouble);
-  expect_matches_reference("CUDA fp64", c, references(c), run_adamw(c, at::kCUDA, optim::AdamWKernel::kAuto));
+  References const refs = references(c);
+  expect_matches_reference("CUDA fp64 (fusepack)", c, refs, run_adamw(c, at::kCUDA, optim::AdamWKernel::kFusepack));
+  expect_matches_reference("CUDA fp64 (ATen fused)", c, refs, run_adamw(c, at::kCUDA, optim::AdamWKernel::kFused));
+}
+
+// fusepack's kernel over what its launches must cut and route: 90 parameters (64 of them undecayed, one list: more
+// than one launch's table of 40),
+// sizes one short of, at and one past a block's 4,096 elements and across several blocks, 1-element ones, in fp32
+// and fp64; then the same with every parameter one element into its buffer (not 16-byte aligned: the element-wise
+// path). Every value within the bound. Catches, planted in the kernel and run on the H200: a block routed to its
+// neighbour tensor (the binary search off by one), the second launch of a list skipped; each leaves values at their
+// start or another tensor's update (far outside the bound).
+TEST(AdamW, CudaFusepackKernelCoversManyTensorsOfEverySizeAndAlignment) {
+  FUSEPACK_SKIP_WITHOUT_CUDA();
+  std::vector<std::vector<int64_t>> shapes;
+  for (int i = 0; i < 90; ++i) {
+    static std::vector<std::vector<int64_t>> const kinds = {{4095}, {4096}, {4097}, {3, 5}, {1}, {64, 129}, {12289}};
+    shapes.push_back(kinds[static_cast<std::size_t>(i) % kinds.size()]);
+  }
+  for (at::ScalarType dtype : {at::kFloat, at::kDouble}) {
+    for (bool offset : {false, true}) {
+      auto rng = test_rng();
+      KernelCase c = kernel_case(rng, dtype, shapes);
+      c.offset_params = offset;
+      std::string const label = std::string("CUDA fusepack, 90 tensors, ") + dtype_name(dtype) +
+                                (offset ? ", unaligned" : ", aligned");
+      expect_matches_reference(label, c, references(c), run_adamw(c, at::kCUDA, optim::AdamWKernel::kFusepack));
+    }
+  }
 }
 
 // The CPU (foreach) and CUDA (fused) defaults on the same fp32 inputs: each within B of the reference, so within 2B
@@ -589,7 +636,7 @@ TEST(AdamW, CudaAndCpuUpdatesAgreeWithinTwiceTheRoundingBound) {
 // operations: their values equal a foreach run's bit for bit, next to a dense member that the fused kernel updates.
 // Catches, planted in AdamW::step: every member sent to the fused kernel (on the CPU, wrong values for both; on CUDA,
 // ATen's fast-path check throws).
-void expect_other_layouts_take_the_list_operations(at::Device device) {
+void expect_other_layouts_take_the_list_operations(at::Device device, optim::AdamWKernel one_pass) {
   auto rng = test_rng();
   at::Tensor const base = randn({4, 12}, rng);
   std::vector<at::Tensor> const grads = {randn({4, 6}, rng), randn({4, 6}, rng), randn({4, 6}, rng)};
@@ -613,7 +660,7 @@ void expect_other_layouts_take_the_list_operations(at::Device device) {
     return out;
   };
   auto rng_state = rng;
-  std::vector<at::Tensor> const fused = run(optim::AdamWKernel::kFused);
+  std::vector<at::Tensor> const fused = run(one_pass);
   rng = rng_state;  // the same random parameters for the second run
   std::vector<at::Tensor> const foreach_ops = run(optim::AdamWKernel::kForeach);
   EXPECT_TRUE(at::equal(fused[0], foreach_ops[0])) << "the strided view";
@@ -623,12 +670,160 @@ void expect_other_layouts_take_the_list_operations(at::Device device) {
 }
 
 TEST(AdamW, FusedKernelLeavesMembersOfAnotherLayoutToTheListOperations) {
-  expect_other_layouts_take_the_list_operations(at::kCPU);
+  expect_other_layouts_take_the_list_operations(at::kCPU, optim::AdamWKernel::kFused);
 }
 
-TEST(AdamW, CudaFusedKernelLeavesMembersOfAnotherLayoutToTheListOperations) {
+TEST(AdamW, CudaOnePassKernelsLeaveMembersOfAnotherLayoutToTheListOperations) {
   FUSEPACK_SKIP_WITHOUT_CUDA();
-  expect_other_layouts_take_the_list_operations(at::kCUDA);
+  expect_other_layouts_take_the_list_operations(at::kCUDA, optim::AdamWKernel::kFused);
+  expect_other_layouts_take_the_list_operations(at::kCUDA, optim::AdamWKernel::kFusepack);
+}
+
+// step(lr, grad_scale) reads every gradient as g·grad_scale, which is clipping's in-place scaling followed by a plain
+// step: p, m and v equal to the bit on every path (fusepack's kernel rounds g·grad_scale on its own with __fmul_rn,
+// so no compiler may fuse it into the next operation). grad_scale 0.37 (no power of two). Catches, planted: the
+// list paths' in-place scaling left out of AdamW::step (every value of the CPU runs differs); a kernel that ignored
+// the scale would differ the same way.
+void expect_grad_scale_is_scaling_first(at::Device device, optim::AdamWKernel kernel, char const* label) {
+  double const scale = 0.37;
+  auto rng = test_rng();
+  KernelCase const c = kernel_case(rng, at::kFloat);
+  auto run = [&](bool scale_in_step) {
+    std::vector<NamedParameter> params;
+    for (std::size_t i = 0; i < c.init.size(); ++i) {
+      params.push_back(named(c.names[i], c.init[i].to(device, c.dtype).clone()));
+    }
+    AdamWOptions options = c.options;
+    options.kernel = kernel;
+    AdamW adamw(params, options);
+    for (std::size_t s = 0; s < c.lrs.size(); ++s) {
+      std::vector<at::Tensor> grads;
+      for (std::size_t i = 0; i < params.size(); ++i) {
+        set_grad(params[i], c.grads[s][i].to(device, c.dtype));
+        grads.push_back(params[i].param.grad());
+      }
+      if (scale_in_step) {
+        adamw.step(c.lrs[s], scale);
+      } else {
+        at::_foreach_mul_(grads, scale);  // what clip_grad_norm does
+        adamw.step(c.lrs[s]);
+      }
+    }
+    std::vector<at::Tensor> out;
+    for (NamedParameter const& p : params) {
+      AdamWState const& st = adamw.state(p.name);
+      out.push_back(at::cat({p.param.detach().flatten(), st.exp_avg.flatten(), st.exp_avg_sq.flatten()}).cpu());
+    }
+    return out;
+  };
+  std::vector<at::Tensor> const in_step = run(true), first = run(false);
+  for (std::size_t i = 0; i < c.init.size(); ++i) {
+    EXPECT_TRUE(at::equal(in_step[i], first[i])) << label << ": " << c.names[i] << ": step(lr, s) is not scaling by s "
+                                                 << "first; max |diff| " << max_abs_diff(in_step[i], first[i]);
+  }
+}
+
+TEST(AdamW, GradScaleEqualsScalingTheGradientsFirst) {
+  expect_grad_scale_is_scaling_first(at::kCPU, optim::AdamWKernel::kForeach, "CPU foreach");
+  expect_grad_scale_is_scaling_first(at::kCPU, optim::AdamWKernel::kFused, "CPU ATen fused");
+}
+
+TEST(AdamW, CudaGradScaleEqualsScalingTheGradientsFirst) {
+  FUSEPACK_SKIP_WITHOUT_CUDA();
+  expect_grad_scale_is_scaling_first(at::kCUDA, optim::AdamWKernel::kFusepack, "CUDA fusepack");
+  expect_grad_scale_is_scaling_first(at::kCUDA, optim::AdamWKernel::kFused, "CUDA ATen fused");
+  expect_grad_scale_is_scaling_first(at::kCUDA, optim::AdamWKernel::kForeach, "CUDA foreach");
+}
+
+// fusepack's kernel writes each compute copy in the same pass as its master: after every step the copy equals
+// master.to(copy dtype) to the bit (bf16 and fp16 from fp32; fp32 and bf16 from fp64, which ATen rounds through fp32)
+// and is recorded valid for the master's new version. A copy of another layout (here transposed) is not written: it
+// keeps its old values and turns stale. Catches, planted in the kernel: the copy rounded from the master before its
+// update, or copies routed to the wrong tensor; in AdamW::fusepack_update: the new version not recorded (every copy
+// stale, so never used; run on the H200) or the master's version not bumped (a stale copy of another layout taken
+// for valid).
+void expect_compute_copies_written(at::ScalarType master_dtype, std::vector<at::ScalarType> const& copy_dtypes) {
+  auto rng = test_rng();
+  KernelCase const c = kernel_case(rng, master_dtype, {{4097}, {3, 5}, {7}, {128, 129}, {6, 4}});
+  at::Device const cuda(at::kCUDA, 0);
+  std::vector<NamedParameter> params;
+  optim::ComputeCopies copies;
+  for (std::size_t i = 0; i < c.init.size(); ++i) {
+    params.push_back(named(c.names[i], c.init[i].to(cuda, c.dtype).clone()));
+    if (i == 2) continue;  // one parameter without a copy
+    auto copy = std::make_shared<optim::ComputeCopy>();
+    at::ScalarType const dtype = copy_dtypes[i % copy_dtypes.size()];
+    copy->value = i == 4 ? at::zeros({4, 6}, params[i].param.options().dtype(dtype)).t()  // another layout
+                         : at::zeros_like(params[i].param, params[i].param.options().dtype(dtype));
+    copies.emplace(c.names[i], copy);
+  }
+  AdamWOptions options = c.options;
+  options.kernel = optim::AdamWKernel::kFusepack;
+  AdamW adamw(params, options);
+  adamw.set_compute_copies(copies);
+  for (std::size_t s = 0; s < c.lrs.size(); ++s) {
+    for (std::size_t i = 0; i < params.size(); ++i) set_grad(params[i], c.grads[s][i].to(cuda, c.dtype));
+    adamw.step(c.lrs[s]);
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      auto const it = copies.find(c.names[i]);
+      if (it == copies.end()) continue;
+      optim::ComputeCopy const& copy = *it->second;
+      std::string const label = std::string(dtype_name(master_dtype)) + " master, " +
+                                c10::toString(copy.value.scalar_type()) + " copy of " + c.names[i] + ", step " +
+                                std::to_string(s);
+      if (i == 4) {
+        EXPECT_FALSE(copy.valid_for(params[i].param)) << label << ": a copy of another layout was taken for valid";
+        EXPECT_EQ(copy.value.abs().sum().item<double>(), 0.0) << label << ": a copy of another layout was written";
+        continue;
+      }
+      EXPECT_TRUE(copy.valid_for(params[i].param)) << label << ": not recorded valid";
+      at::Tensor const want = params[i].param.detach().to(copy.value.scalar_type());
+      EXPECT_TRUE(at::equal(copy.value, want)) << label << ": not the master's cast; max |diff| "
+                                               << max_abs_diff(copy.value, want);
+    }
+  }
+}
+
+TEST(AdamW, CudaFusepackKernelWritesTheComputeCopiesAsTheMastersCast) {
+  FUSEPACK_SKIP_WITHOUT_CUDA();
+  expect_compute_copies_written(at::kFloat, {at::kBFloat16, at::kHalf});
+  expect_compute_copies_written(at::kDouble, {at::kFloat, at::kBFloat16});
+}
+
+// The list paths do not write compute copies: after their step every copy is stale (the master's version moved), so
+// the forward casts it again rather than reading the old values. Catches, planted: validity that ignores the version;
+// and ATen's fused kernel, which does not bump the counters of what it writes, fails it unless AdamW bumps them.
+TEST(AdamW, ListPathsLeaveComputeCopiesStale) {
+  NamedParameter const w = named("model.layers.0.mlp.up_proj.weight", at::ones({3, 4}, at::kFloat));
+  auto copy = std::make_shared<optim::ComputeCopy>();
+  copy->value = w.param.to(at::kBFloat16);
+  copy->master_version = static_cast<int64_t>(w.param._version());
+  ASSERT_TRUE(copy->valid_for(w.param));
+  for (optim::AdamWKernel kernel : {optim::AdamWKernel::kForeach, optim::AdamWKernel::kFused}) {
+    AdamWOptions options;
+    options.kernel = kernel;
+    AdamW adamw({w}, options);
+    adamw.set_compute_copies({{w.name, copy}});
+    set_grad(w, at::full({3, 4}, 0.5, at::kFloat));
+    copy->master_version = static_cast<int64_t>(w.param._version());
+    adamw.step(1e-2);
+    EXPECT_FALSE(copy->valid_for(w.param)) << "a copy the list path did not write is still taken for valid";
+  }
+}
+
+// fusepack's kernel runs on CUDA only: asked for on the CPU it is an error before anything changes, never a quiet
+// switch to another path.
+TEST(AdamW, FusepackKernelOnTheCpuIsAnErrorBeforeAnyUpdate) {
+  NamedParameter const w = named("w", at::ones({2}, kF64));
+  AdamWOptions options;
+  options.kernel = optim::AdamWKernel::kFusepack;
+  AdamW adamw({w}, options);
+  set_grad(w, at::ones({2}, kF64));
+  expect_torch_error([&] { adamw.step(1e-3); }, "fusepack's AdamW kernel");
+  EXPECT_TRUE(at::equal(w.param, at::ones({2}, kF64)));
+  EXPECT_FALSE(adamw.has_state("w"));
+  AdamW plain({w}, AdamWOptions{});
+  expect_torch_error([&] { plain.step(1e-3, 0.0); }, "grad_scale must be finite and > 0");
 }
 
 TEST(AdamW, RejectsBadParametersGradientsAndOptions) {

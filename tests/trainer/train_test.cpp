@@ -98,6 +98,8 @@ TEST(TrainConfig, EachBadFieldIsNamedWithItsValue) {
       {[](TrainConfig& c) { c.clip_norm = -1; }, "clip_norm must be >= 0 (0 = no clipping); got -1"},
       {[](TrainConfig& c) { c.device = "gpu"; }, "device must be cpu, cuda or cuda:N; got 'gpu'"},
       {[](TrainConfig& c) { c.backend = ops::Backend::kFused; }, "backend fused runs fusepack's CUDA kernels and needs"},
+      {[](TrainConfig& c) { c.optimizer_kernel = train::OptimizerKernel::kFusepack; },
+       "optimizer_kernel fusepack runs on CUDA only and needs device cuda; got device 'cpu'"},
       {[](TrainConfig& c) { c.dtype = train::DType::kBFloat16; }, "dtype bf16 (bf16 compute over fp32 master "},
       {[](TrainConfig& c) { c.threads = -2; }, "threads must be >= 0"},
       {[](TrainConfig& c) { c.golden_write = c.golden_check = "g.json"; }, "name the same file 'g.json'"},
@@ -131,6 +133,12 @@ TEST(TrainConfig, ParsersAcceptTheCliSpellingsAndRejectTheRest) {
   FUSEPACK_EXPECT_INVALID_ARGUMENT(train::parse_batching("diagonal"), "batching must be packed or padded");
   FUSEPACK_EXPECT_INVALID_ARGUMENT(train::parse_pairing("sorted"), "pairing must be paired or fill");
   FUSEPACK_EXPECT_INVALID_ARGUMENT(train::parse_dtype("fp16"), "dtype must be fp64, fp32 or bf16; got 'fp16'");
+  for (train::OptimizerKernel k : {train::OptimizerKernel::kAuto, train::OptimizerKernel::kFusepack,
+                                   train::OptimizerKernel::kAtenFused, train::OptimizerKernel::kForeach}) {
+    EXPECT_EQ(train::parse_optimizer_kernel(train::optimizer_kernel_name(k)), k);
+  }
+  FUSEPACK_EXPECT_INVALID_ARGUMENT(train::parse_optimizer_kernel("fused"),
+                                   "optimizer kernel must be auto, fusepack, aten-fused or foreach; got 'fused'");
   EXPECT_EQ(train::parse_activation_checkpointing("none"), 0);
   EXPECT_EQ(train::parse_activation_checkpointing("full"), 1);
   EXPECT_EQ(train::parse_activation_checkpointing("every-3"), 3);

@@ -114,6 +114,7 @@ void init_parameter_rows(ParameterSpec const& spec, double initializer_range, st
       default: p.dtype = InitDType::kF16; break;  // check_arguments admitted nothing else
     }
     run_init_rows(p, at::cuda::getCurrentCUDAStream());
+    out.unsafeGetTensorImpl()->bump_version();  // written through a raw pointer: tell whoever checks the version
     return;
   }
 #endif
@@ -134,6 +135,7 @@ void init_parameter_rows(ParameterSpec const& spec, double initializer_range, st
                [](double v) { return at::Half(init_math::round_to_fp16_bits(v), at::Half::from_bits()); });
       break;
   }
+  out.unsafeGetTensorImpl()->bump_version();
 }
 
 }  // namespace fusepack::model

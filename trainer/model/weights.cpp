@@ -64,12 +64,18 @@ at::ScalarType MixedPrecisionPolicy::compute_dtype(std::string const& name, at::
 namespace {
 
 struct CastTensorsFunction : torch::autograd::Function<CastTensorsFunction> {
+  // `copies`: null, or the casts already made (compute copies), handed out instead of casting again.
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, at::TensorList masters,
-                                                at::ScalarType dtype) {
+                                                at::ScalarType dtype, std::vector<at::Tensor> const* copies) {
     ctx->saved_data["master_dtype"] = masters.front().scalar_type();
     ctx->set_materialize_grads(false);  // a weight the graph did not reach gets no gradient, not a zero-filled one
     std::vector<at::Tensor> out;
     out.reserve(masters.size());
+    if (copies != nullptr) {
+      // New tensors over the copies' storage (own autograd metadata and version counter), not views of them.
+      for (at::Tensor const& c : *copies) out.push_back(c.variable_data());
+      return out;
+    }
     for (at::Tensor const& m : masters) out.push_back(at::empty_like(m, m.options().dtype(dtype)));
     at::_foreach_copy_(out, masters);
     return out;
@@ -79,7 +85,7 @@ struct CastTensorsFunction : torch::autograd::Function<CastTensorsFunction> {
                                                  torch::autograd::variable_list grads) {
     at::ScalarType const master_dtype = ctx->saved_data["master_dtype"].toScalarType();
     std::vector<at::Tensor> src, dst;
-    torch::autograd::variable_list out(grads.size() + 1);  // one per master, then none for `dtype`
+    torch::autograd::variable_list out(grads.size() + 2);  // one per master, then none for `dtype` and `copies`
     for (std::size_t i = 0; i < grads.size(); ++i) {
       if (!grads[i].defined()) continue;
       out[i] = at::empty_like(grads[i], grads[i].options().dtype(master_dtype));
@@ -91,16 +97,35 @@ struct CastTensorsFunction : torch::autograd::Function<CastTensorsFunction> {
   }
 };
 
+void check_masters(char const* who, at::TensorList masters) {
+  for (at::Tensor const& m : masters) {
+    TORCH_CHECK(m.scalar_type() == masters.front().scalar_type() && m.device() == masters.front().device(), who,
+                ": the masters must share one dtype and device; got ", m.scalar_type(), " on ", m.device(),
+                " beside ", masters.front().scalar_type(), " on ", masters.front().device());
+  }
+}
+
 }  // namespace
 
 std::vector<at::Tensor> cast_tensors(at::TensorList masters, at::ScalarType dtype) {
   if (masters.empty()) return {};
-  for (at::Tensor const& m : masters) {
-    TORCH_CHECK(m.scalar_type() == masters.front().scalar_type() && m.device() == masters.front().device(),
-                "cast_tensors: the masters must share one dtype and device; got ", m.scalar_type(), " on ",
-                m.device(), " beside ", masters.front().scalar_type(), " on ", masters.front().device());
+  check_masters("cast_tensors", masters);
+  return CastTensorsFunction::apply(masters, dtype, nullptr);
+}
+
+std::vector<at::Tensor> cast_tensors_from_copies(at::TensorList masters, std::vector<at::Tensor> const& copies) {
+  if (masters.empty()) return {};
+  check_masters("cast_tensors_from_copies", masters);
+  TORCH_CHECK(copies.size() == masters.size(), "cast_tensors_from_copies: ", copies.size(), " copies for ",
+              masters.size(), " masters");
+  for (std::size_t i = 0; i < copies.size(); ++i) {
+    TORCH_CHECK(copies[i].defined() && copies[i].sizes() == masters[i].sizes() &&
+                    copies[i].device() == masters[i].device() &&
+                    copies[i].scalar_type() == copies.front().scalar_type(),
+                "cast_tensors_from_copies: copy ", i, " does not match its master (shape ", masters[i].sizes(),
+                " on ", masters[i].device(), ") or the first copy's dtype");
   }
-  return CastTensorsFunction::apply(masters, dtype);
+  return CastTensorsFunction::apply(masters, copies.front().scalar_type(), &copies);
 }
 
 LocalWeights::LocalWeights(Qwen35Config const& config, NamedParameters const& params, MixedPrecisionPolicy policy)
@@ -111,13 +136,31 @@ LocalWeights::LocalWeights(Qwen35Config const& config, NamedParameters const& pa
     if (by_name.count(spec.name) == 0) throw std::invalid_argument("LocalWeights: no parameter '" + spec.name + "'");
   }
   if (!params.empty()) device_ = params.front().second.device();
+  std::unordered_map<std::string, std::shared_ptr<optim::ComputeCopy>> copies;  // one per name: a tied weight's two
   for (WeightGroup const& group : weight_groups(config)) {
     std::vector<Member>& members = groups_.emplace_back();
     for (std::string const& name : group_parameter_names(config, group)) {
       at::Tensor const& p = by_name.at(name);
-      members.push_back({name, p, policy.compute_dtype(name, p.scalar_type())});
+      at::ScalarType const compute = policy.compute_dtype(name, p.scalar_type());
+      std::shared_ptr<optim::ComputeCopy> copy;
+      if (compute != p.scalar_type()) {
+        std::shared_ptr<optim::ComputeCopy>& shared = copies[name];
+        if (!shared) shared = std::make_shared<optim::ComputeCopy>();
+        copy = shared;
+      }
+      members.push_back({name, p, compute, std::move(copy)});
     }
   }
+}
+
+optim::ComputeCopies LocalWeights::compute_copies() const {
+  optim::ComputeCopies out;
+  for (std::vector<Member> const& group : groups_) {
+    for (Member const& m : group) {
+      if (m.copy) out.emplace(m.name, m.copy);
+    }
+  }
+  return out;
 }
 
 GroupWeights LocalWeights::acquire(WeightGroup const& group, bool /*recomputing*/) {
@@ -139,9 +182,23 @@ GroupWeights LocalWeights::acquire(WeightGroup const& group, bool /*recomputing*
     }
   }
   for (auto const& [dtypes, members] : casts) {
-    std::vector<at::Tensor> masters;
-    for (Member const* m : members) masters.push_back(m->master);
-    std::vector<at::Tensor> const cast = cast_tensors(masters, dtypes.second);
+    std::vector<at::Tensor> masters, copies, stale_masters, stale_copies;
+    for (Member const* m : members) {
+      masters.push_back(m->master);
+      optim::ComputeCopy& c = *m->copy;
+      if (!c.valid_for(m->master)) {
+        if (!c.value.defined()) c.value = at::empty_like(m->master, m->master.options().dtype(dtypes.second));
+        stale_masters.push_back(m->master);
+        stale_copies.push_back(c.value);
+      }
+      copies.push_back(c.value);
+    }
+    if (!stale_masters.empty()) {
+      at::NoGradGuard no_grad;
+      at::_foreach_copy_(stale_copies, stale_masters);
+      for (Member const* m : members) m->copy->master_version = static_cast<std::int64_t>(m->master._version());
+    }
+    std::vector<at::Tensor> const cast = cast_tensors_from_copies(masters, copies);
     for (std::size_t i = 0; i < members.size(); ++i) out.emplace(members[i]->name, cast[i]);
   }
   return out;

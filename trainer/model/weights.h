@@ -5,6 +5,7 @@
 #pragma once
 
 #include "trainer/model/config.h"
+#include "trainer/optim/compute_copy.h"
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
@@ -83,13 +84,17 @@ class WeightSource {
   virtual void finish_backward() {}
   // Where the weights live (and the batches must).
   virtual c10::Device device() const = 0;
+  // The compute copies this source keeps between steps, for the optimizer to write as it updates the masters
+  // (optim/compute_copy.h); empty for a source that keeps none.
+  virtual optim::ComputeCopies compute_copies() const { return {}; }
 };
 
 // The default source: a model's own parameters (the master weights, all on one device), cast to the compute dtype
 // differentiably, so their gradients land in the masters' .grad in the master dtype.
-// A group's casts are one multi-tensor copy (ATen's _foreach_copy_: a few kernel launches per group on CUDA, as its
-// tensors fill them) whose backward casts the gradients back the same way, instead of a cast and a cast-back per
-// parameter.
+// The casts are kept between steps as compute copies (optim/compute_copy.h): a copy still valid for its master is
+// handed out as it is, the stale ones of a group are cast again in one multi-tensor copy (ATen's _foreach_copy_, a
+// few kernel launches per group on CUDA). Either way the weights' backward casts the gradients back to the masters'
+// dtype the same way, instead of a cast and a cast-back per parameter. A tied weight is one copy for both its uses.
 class LocalWeights final : public WeightSource {
  public:
   // `params` must hold every name of parameter_specs(config); the tensors are shared, not copied.
@@ -97,12 +102,14 @@ class LocalWeights final : public WeightSource {
 
   GroupWeights acquire(WeightGroup const& group, bool recomputing = false) override;
   c10::Device device() const override { return device_; }
+  optim::ComputeCopies compute_copies() const override;
 
  private:
   struct Member {
     std::string name;
     at::Tensor master;
     at::ScalarType compute_dtype;
+    std::shared_ptr<optim::ComputeCopy> copy;  // set when compute_dtype differs from the master's
   };
   Qwen35Config const& config_;
   std::vector<std::vector<Member>> groups_;  // forward order: embedding, layer 0 ... layer L-1, head
@@ -112,5 +119,9 @@ class LocalWeights final : public WeightSource {
 // `masters` cast to `dtype` as one multi-tensor copy whose backward casts the gradients back to each master's dtype
 // the same way: the values and gradients of `t.to(dtype)` per tensor, to the bit. The masters share one dtype.
 std::vector<at::Tensor> cast_tensors(at::TensorList masters, at::ScalarType dtype);
+
+// The same, with the values taken from `copies` (each valid for its master: optim::ComputeCopy) instead of cast:
+// the outputs share the copies' storage; the backward is cast_tensors'.
+std::vector<at::Tensor> cast_tensors_from_copies(at::TensorList masters, std::vector<at::Tensor> const& copies);
 
 }  // namespace fusepack::model

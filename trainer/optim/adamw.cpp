@@ -1,7 +1,15 @@
 #include "trainer/optim/adamw.h"
 
 #include <ATen/ATen.h>
+#include <ATen/record_function.h>
 #include <c10/core/GradMode.h>
+
+#if defined(FUSEPACK_WITH_CUDA_KERNELS)
+#include "kernels/optim/adamw.h"
+
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
 
 #include <algorithm>
 #include <cctype>
@@ -49,6 +57,7 @@ AdamW::AdamW(std::vector<NamedParameter> params, AdamWOptions options)
     index_.emplace(params_[i].name, i);
   }
   state_.resize(params_.size());
+  copies_.resize(params_.size());
   std::map<std::tuple<int, int, at::ScalarType, bool>, std::size_t> group_of;
   for (std::size_t i = 0; i < params_.size(); ++i) {
     at::Tensor const& p = params_[i].param;
@@ -60,8 +69,40 @@ AdamW::AdamW(std::vector<NamedParameter> params, AdamWOptions options)
   }
 }
 
-void AdamW::step(double lr) {
+namespace {
+
+#if defined(FUSEPACK_WITH_CUDA_KERNELS)
+constexpr bool kHaveFusepackKernel = true;
+#else
+constexpr bool kHaveFusepackKernel = false;
+#endif
+
+enum class Path { kFusepack, kAtenFused, kForeach };
+
+// The implementation a list on `device` takes (before the per-member layout rule).
+Path path_for(AdamWKernel kernel, at::Device device, std::string const& first_name) {
+  switch (kernel) {
+    case AdamWKernel::kAuto:
+      if (!device.is_cuda()) return Path::kForeach;
+      return kHaveFusepackKernel ? Path::kFusepack : Path::kAtenFused;
+    case AdamWKernel::kFusepack:
+      TORCH_CHECK(kHaveFusepackKernel, "AdamW: fusepack's AdamW kernel was requested, but this build has no CUDA "
+                  "kernels (configure with nvcc found)");
+      TORCH_CHECK(device.is_cuda(), "AdamW: fusepack's AdamW kernel runs on CUDA only; '", first_name, "' is on ",
+                  device);
+      return Path::kFusepack;
+    case AdamWKernel::kFused: return Path::kAtenFused;
+    case AdamWKernel::kForeach: return Path::kForeach;
+  }
+  return Path::kForeach;
+}
+
+}  // namespace
+
+void AdamW::step(double lr, double grad_scale) {
   TORCH_CHECK(std::isfinite(lr) && lr >= 0, "AdamW::step: lr must be finite and >= 0; got ", lr);
+  TORCH_CHECK(std::isfinite(grad_scale) && grad_scale > 0, "AdamW::step: grad_scale must be finite and > 0; got ",
+              grad_scale);
   // Check every gradient before touching any parameter, so a bad one leaves the model as it was.
   for (NamedParameter const& p : params_) {
     at::Tensor const& g = p.param.grad();
@@ -75,6 +116,9 @@ void AdamW::step(double lr) {
                 g.scalar_type(), "; the parameter has ", p.param.scalar_type());
     TORCH_CHECK(g.device() == p.param.device(), "AdamW::step: the gradient of '", p.name, "' is on ", g.device(),
                 "; the parameter is on ", p.param.device());
+  }
+  for (std::vector<std::size_t> const& group : groups_) {  // a kernel that cannot run fails here, too
+    path_for(options_.kernel, params_[group.front()].param.device(), params_[group.front()].name);
   }
   c10::NoGradGuard no_grad;
   for (std::size_t i = 0; i < params_.size(); ++i) {
@@ -93,13 +137,14 @@ void AdamW::step(double lr) {
   }
   for (auto const& [members, decayed] : lists) {
     at::Device const device = params_[members.front()].param.device();
-    bool const fused = options_.kernel == AdamWKernel::kFused ||
-                       (options_.kernel == AdamWKernel::kAuto && device.is_cuda());
-    // The fused kernel takes only members whose p, g, m and v are dense with one layout (ATen's fast-path rule, a
-    // TORCH_CHECK there); a member that is not (a strided view, a state loaded in another layout) takes the list
-    // operations instead. So do counts past 2^24: the kernel reads the step count as fp32, exact up to 2^24.
-    bool const fused_step = state_[members.front()].step <= (std::int64_t{1} << 24);
-    std::vector<std::size_t> fused_members, foreach_members;
+    Path const path = path_for(options_.kernel, device, params_[members.front()].name);
+    // The one-pass kernels take only members whose p, g, m and v are dense with one layout (they treat the four as
+    // flat arrays; for ATen's a TORCH_CHECK there); a member that is not (a strided view, a state loaded in another
+    // layout) takes the list operations instead. So do counts past 2^24 on ATen's fused kernel: it reads the step
+    // count as fp32, exact up to 2^24.
+    bool const one_pass = path == Path::kFusepack ||
+                          (path == Path::kAtenFused && state_[members.front()].step <= (std::int64_t{1} << 24));
+    std::vector<std::size_t> one_pass_members, foreach_members;
     for (std::size_t i : members) {
       at::Tensor const& p = params_[i].param;
       bool const same_layout = p.is_non_overlapping_and_dense() && [&] {
@@ -109,9 +154,21 @@ void AdamW::step(double lr) {
         }
         return true;
       }();
-      (fused && fused_step && same_layout ? fused_members : foreach_members).push_back(i);
+      (one_pass && same_layout ? one_pass_members : foreach_members).push_back(i);
     }
-    if (!fused_members.empty()) fused_update(fused_members, decayed, lr);
+    if (path == Path::kFusepack && !one_pass_members.empty()) {
+      fusepack_update(one_pass_members, decayed, lr, grad_scale);
+      one_pass_members.clear();
+    }
+    // The list paths see clipped gradients, scaled in place as clipping always did (bit for bit).
+    if (grad_scale != 1.0 && !(one_pass_members.empty() && foreach_members.empty())) {
+      std::vector<at::Tensor> grads;
+      for (auto const* list : {&one_pass_members, &foreach_members}) {
+        for (std::size_t i : *list) grads.push_back(params_[i].param.grad());
+      }
+      at::_foreach_mul_(grads, grad_scale);
+    }
+    if (!one_pass_members.empty()) fused_update(one_pass_members, decayed, lr);
     if (!foreach_members.empty()) foreach_update(foreach_members, decayed, lr);
   }
 }
@@ -127,6 +184,75 @@ AdamW::Lists AdamW::lists(std::vector<std::size_t> const& members) const {
   return l;
 }
 
+void AdamW::fusepack_update(std::vector<std::size_t> const& members, bool decayed, double lr, double grad_scale) {
+#if defined(FUSEPACK_WITH_CUDA_KERNELS)
+  at::Tensor const& first = params_[members.front()].param;
+  AdamWUpdateParams u;
+  u.fp64 = first.scalar_type() == at::kDouble;
+  u.lr = lr;
+  u.beta1 = options_.beta1;
+  u.beta2 = options_.beta2;
+  u.eps = options_.eps;
+  u.weight_decay = decayed ? options_.weight_decay : 0.0;
+  u.grad_scale = grad_scale;
+  u.step = state_[members.front()].step;
+  // The kernel writes copies of one dtype per launch: one list per copy dtype, members without a copy in the first.
+  std::map<DType, std::vector<AdamWTensor>> by_copy_dtype;
+  std::vector<std::size_t> written;  // members whose copy is written
+  std::vector<AdamWTensor> plain;
+  for (std::size_t i : members) {
+    at::Tensor const& p = params_[i].param;
+    AdamWState const& s = state_[i];
+    AdamWTensor t{p.data_ptr(), p.grad().data_ptr(), s.exp_avg.data_ptr(), s.exp_avg_sq.data_ptr(), nullptr,
+                  p.numel()};
+    std::optional<DType> copy_dtype;
+    if (ComputeCopy const* c = copies_[i].get(); c != nullptr && c->value.defined()) {
+      at::Tensor const& v = c->value;
+      copy_dtype = v.scalar_type() == at::kBFloat16 ? std::optional<DType>(DType::kBF16)
+                   : v.scalar_type() == at::kHalf   ? std::optional<DType>(DType::kF16)
+                   : v.scalar_type() == at::kFloat  ? std::optional<DType>(DType::kF32)
+                                                    : std::nullopt;
+      // A copy the kernel cannot write as flat elements of p's layout is left stale (cast again when next used).
+      if (v.device() != p.device() || v.sizes() != p.sizes() || v.strides() != p.strides()) copy_dtype.reset();
+    }
+    if (copy_dtype) {
+      t.copy = copies_[i]->value.data_ptr();
+      by_copy_dtype[*copy_dtype].push_back(t);
+      written.push_back(i);
+    } else {
+      plain.push_back(t);
+    }
+  }
+  if (by_copy_dtype.empty()) by_copy_dtype[DType::kBF16] = {};
+  auto& first_list = by_copy_dtype.begin()->second;
+  first_list.insert(first_list.end(), plain.begin(), plain.end());
+  c10::cuda::CUDAGuard const guard(first.device());
+  // An op-level profiler range: the profile attributes a kernel through the CPU op that launched it (the enclosing
+  // "optimizer" range is a user scope, which links no kernel).
+  at::RecordFunction range(at::RecordScope::FUNCTION);
+  if (range.isActive()) at::detail::record_function_with_scope(range, "fusepack_adamw", std::vector<c10::IValue>());
+  for (auto& [copy_dtype, tensors] : by_copy_dtype) {
+    u.copy_dtype = copy_dtype;
+    u.tensors = std::move(tensors);
+    run_adamw_update(u, c10::cuda::getCurrentCUDAStream(first.device().index()));
+  }
+  // Written through raw pointers: bump the version counters as an in-place ATen operation would, so whatever
+  // checks them (autograd's saved tensors, the compute copies' validity) sees the change.
+  bump_versions(members);
+  for (std::size_t i : written) {
+    ComputeCopy& c = *copies_[i];
+    c.value.unsafeGetTensorImpl()->bump_version();
+    c.master_version = static_cast<std::int64_t>(params_[i].param._version());
+  }
+#else
+  (void)members;
+  (void)decayed;
+  (void)lr;
+  (void)grad_scale;
+  TORCH_CHECK(false, "AdamW: fusepack's AdamW kernel is not in this build");
+#endif
+}
+
 void AdamW::fused_update(std::vector<std::size_t> const& members, bool decayed, double lr) {
   auto [params, grads, exp_avgs, exp_avg_sqs] = lists(members);
   // The kernel reads each parameter's step count t (after the increment, as torch.optim.AdamW(fused=True) passes
@@ -140,6 +266,9 @@ void AdamW::fused_update(std::vector<std::size_t> const& members, bool decayed, 
   at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, /*max_exp_avg_sqs=*/{}, state_steps, lr, options_.beta1,
                     options_.beta2, weight_decay, options_.eps, /*amsgrad=*/false, /*maximize=*/false,
                     /*grad_scale=*/std::nullopt, /*found_inf=*/std::nullopt);
+  // ATen's fused kernel does not bump the version counters of what it writes (torch 2.11, checked by
+  // AdamW.ListPathsLeaveComputeCopiesStale): bump them as any in-place operation does.
+  bump_versions(members);
 }
 
 void AdamW::foreach_update(std::vector<std::size_t> const& members, bool decayed, double lr) {
@@ -160,6 +289,21 @@ void AdamW::foreach_update(std::vector<std::size_t> const& members, bool decayed
   at::_foreach_div_(denoms, bias_correction2_sqrt);
   at::_foreach_add_(denoms, options_.eps);
   at::_foreach_addcdiv_(params, exp_avgs, denoms, -step_size);
+}
+
+void AdamW::bump_versions(std::vector<std::size_t> const& members) {
+  for (std::size_t i : members) {
+    for (at::Tensor const* t : {&params_[i].param, &state_[i].exp_avg, &state_[i].exp_avg_sq}) {
+      t->unsafeGetTensorImpl()->bump_version();
+    }
+  }
+}
+
+void AdamW::set_compute_copies(ComputeCopies const& copies) {
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    auto const it = copies.find(params_[i].name);
+    copies_[i] = it == copies.end() ? nullptr : it->second;
+  }
 }
 
 std::size_t AdamW::index_of(std::string const& name) const {

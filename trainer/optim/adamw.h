@@ -2,12 +2,14 @@
 //   t ← t + 1;  p ← p·(1 − lr·wd);  m ← lerp(m, g, 1 − β1);  v ← β2·v + (1 − β2)·g²;
 //   p ← p − (lr / (1 − β1^t)) · m / (sqrt(v) / sqrt(1 − β2^t) + eps)
 // for all parameters of a device, dtype, decay choice and step count at once (NOTES.md, "List operations"):
-//   - on CUDA, ATen's fused AdamW (torch.optim.AdamW(fused=True)): one kernel reads p, g, m, v and writes p, m, v;
-//     its arithmetic is the formula's in another order, within a few fp32 roundings of it (tests/trainer/optim_test);
+//   - on CUDA, fusepack's multi-tensor kernel (kernels/optim/adamw.h): one pass reads p, g, m, v and writes p, m, v,
+//     with clipping's factor applied as g is read; within a few roundings of the formula (tests/trainer/optim_test);
+//   - ATen's fused AdamW (torch.optim.AdamW(fused=True)) on request (AdamWKernel::kFused), likewise one pass;
 //   - on the CPU, torch's foreach operations in torch's order (one list operation per step of the formula): fp32 and
 //     fp64 updates equal torch's default AdamW bit for bit (NOTES.md).
 #pragma once
 
+#include "trainer/optim/compute_copy.h"
 #include "trainer/optim/parameters.h"
 
 #include <ATen/core/Tensor.h>
@@ -38,9 +40,10 @@ bool qwen35_decays(std::string const& name);
 
 // Which implementation updates a list of parameters.
 enum class AdamWKernel {
-  kAuto,     // the fused kernel on CUDA, the foreach operations elsewhere
-  kFused,    // the fused kernel on every device (torch ships a CPU one too: tests run the CUDA code path on the CPU)
-  kForeach,  // the foreach operations on every device (torch's default AdamW, operation for operation)
+  kAuto,      // fusepack's kernel on CUDA (ATen's fused one in a build without CUDA kernels), foreach elsewhere
+  kFusepack,  // fusepack's multi-tensor kernel; CUDA only (an error on another device or in a build without it)
+  kFused,     // ATen's fused kernel on every device (torch ships a CPU one too)
+  kForeach,   // the foreach operations on every device (torch's default AdamW, operation for operation)
 };
 
 struct AdamWOptions {
@@ -66,10 +69,18 @@ class AdamW {
   // Throws c10::Error for bad options or parameters (see check_parameters).
   AdamW(std::vector<NamedParameter> params, AdamWOptions options);
 
-  // One update of every parameter with learning rate `lr` (>= 0; the schedule's lr(step) for this step). Every
-  // parameter must have a gradient of its own shape, dtype and device: one without is an error naming it (register
-  // only trainable parameters), never a silent skip. Runs without autograd recording.
-  void step(double lr);
+  // One update of every parameter with learning rate `lr` (>= 0; the schedule's lr(step) for this step), reading
+  // every gradient as g·grad_scale (finite, > 0: gradient clipping's factor, so clipping costs no pass of its own).
+  // fusepack's kernel reads the gradients scaled and leaves them as they are; the other paths scale them in place
+  // first (_foreach_mul_, as clipping did): read gradients before the step, not after. Every parameter must have a
+  // gradient of its own shape, dtype and device: one without is an error naming it (register only trainable
+  // parameters), never a silent skip. Runs without autograd recording.
+  void step(double lr, double grad_scale = 1.0);
+
+  // Compute copies to write as the parameters they copy are updated (by name; names not registered here are
+  // ignored). fusepack's kernel writes a defined copy of the parameter's shape, layout and device in the same pass
+  // and records it valid; the other paths leave copies alone, and the master's changed version makes them stale.
+  void set_compute_copies(ComputeCopies const& copies);
 
   std::vector<NamedParameter> const& parameters() const { return params_; }
   AdamWOptions const& options() const { return options_; }
@@ -86,6 +97,8 @@ class AdamW {
   };
   Lists lists(std::vector<std::size_t> const& members) const;
   // One list's update (members share device, dtype, decay choice and step count, already incremented).
+  void bump_versions(std::vector<std::size_t> const& members);  // p, m and v of each, written outside ATen's ops
+  void fusepack_update(std::vector<std::size_t> const& members, bool decayed, double lr, double grad_scale);
   void fused_update(std::vector<std::size_t> const& members, bool decayed, double lr);
   void foreach_update(std::vector<std::size_t> const& members, bool decayed, double lr);
 
@@ -96,6 +109,7 @@ class AdamW {
   // partial state).
   std::vector<std::vector<std::size_t>> groups_;
   std::vector<AdamWState> state_;        // [params]; step == 0 means no state yet
+  std::vector<std::shared_ptr<ComputeCopy>> copies_;  // [params]; null: none to write
   std::unordered_map<std::string, std::size_t> index_;
   AdamWOptions options_;
 };

@@ -86,11 +86,26 @@ double grad_norm(std::vector<NamedParameter> const& params, AllReduceSum const& 
   return norm;
 }
 
-double clip_grad_norm(std::vector<NamedParameter> const& params, double max_norm, AllReduceSum const& all_reduce) {
-  TORCH_CHECK(std::isfinite(max_norm) && max_norm > 0, "clip_grad_norm: max_norm must be finite and > 0; got ",
-              max_norm, " (to log the norm without clipping, call grad_norm)");
-  double const norm = grad_norm(params, all_reduce);
+namespace {
+
+void check_max_norm(char const* who, double max_norm) {
+  TORCH_CHECK(std::isfinite(max_norm) && max_norm > 0, who, ": max_norm must be finite and > 0; got ", max_norm,
+              " (to log the norm without clipping, call grad_norm)");
+}
+
+}  // namespace
+
+double clip_factor(double norm, double max_norm) {
+  check_max_norm("clip_factor", max_norm);
+  TORCH_CHECK(std::isfinite(norm) && norm >= 0, "clip_factor: the norm must be finite and >= 0; got ", norm);
   double const factor = max_norm / (norm + kClipEps);
+  return factor < 1 ? factor : 1.0;
+}
+
+double clip_grad_norm(std::vector<NamedParameter> const& params, double max_norm, AllReduceSum const& all_reduce) {
+  check_max_norm("clip_grad_norm", max_norm);
+  double const norm = grad_norm(params, all_reduce);
+  double const factor = clip_factor(norm, max_norm);
   if (factor < 1) {
     c10::NoGradGuard no_grad;
     std::vector<at::Tensor> grads;

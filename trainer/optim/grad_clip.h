@@ -33,6 +33,10 @@ inline constexpr double kClipEps = 1e-6;  // torch's: the factor is max_norm / (
 // device) with the other ranks'; empty for one rank. Throws NonFiniteGradNorm.
 double grad_norm(std::vector<NamedParameter> const& params, AllReduceSum const& all_reduce = {});
 
+// The factor clipping scales every gradient by: max_norm / (norm + 1e-6) when that is < 1, else exactly 1. max_norm
+// > 0, norm finite and >= 0. AdamW::step takes it as its grad_scale, so clipping needs no pass of its own.
+double clip_factor(double norm, double max_norm);
+
 // grad_norm, then grads ← grads · max_norm / (norm + 1e-6) when that factor is < 1 (torch's clamp at 1: gradients
 // are left bit-for-bit alone otherwise). max_norm > 0. Returns the norm before clipping.
 double clip_grad_norm(std::vector<NamedParameter> const& params, double max_norm, AllReduceSum const& all_reduce = {});

@@ -72,6 +72,24 @@ DType parse_dtype(std::string const& name) {
   throw std::invalid_argument("dtype must be fp64, fp32 or bf16; got '" + name + "'");
 }
 
+char const* optimizer_kernel_name(OptimizerKernel kernel) {
+  switch (kernel) {
+    case OptimizerKernel::kAuto: return "auto";
+    case OptimizerKernel::kFusepack: return "fusepack";
+    case OptimizerKernel::kAtenFused: return "aten-fused";
+    case OptimizerKernel::kForeach: return "foreach";
+  }
+  return "?";
+}
+
+OptimizerKernel parse_optimizer_kernel(std::string const& name) {
+  for (OptimizerKernel k : {OptimizerKernel::kAuto, OptimizerKernel::kFusepack, OptimizerKernel::kAtenFused,
+                            OptimizerKernel::kForeach}) {
+    if (name == optimizer_kernel_name(k)) return k;
+  }
+  throw std::invalid_argument("optimizer kernel must be auto, fusepack, aten-fused or foreach; got '" + name + "'");
+}
+
 std::int64_t parse_activation_checkpointing(std::string const& text) {
   if (text == "none") return 0;
   if (text == "full") return 1;
@@ -111,6 +129,7 @@ constexpr std::pair<char const*, char const*> kOptionOfField[] = {
     {"beta2", "--beta2"},
     {"eps", "--eps"},
     {"clip_norm", "--clip-norm"},
+    {"optimizer_kernel", "--optimizer-kernel"},
     {"device", "--device"},
     {"backend", "--backend"},
     {"dtype", "--dtype"},
@@ -196,6 +215,9 @@ void TrainConfig::validate(Naming naming) const {
 
   require(valid_device(device), n("device") + " must be cpu, cuda or cuda:N; got '" + device + "'");
   bool const cuda = is_cuda_device(device);
+  require(optimizer_kernel != OptimizerKernel::kFusepack || cuda,
+          n("optimizer_kernel") + " fusepack runs on CUDA only and needs " + n("device") + " cuda; got " +
+              n("device") + " '" + device + "'");
   require(backend != ops::Backend::kFused || cuda,
           n("backend") + " fused runs fusepack's CUDA kernels and needs " + n("device") + " cuda; got " +
               n("device") + " '" + device + "' (the composite backend runs on the CPU)");

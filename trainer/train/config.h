@@ -30,6 +30,12 @@ char const* dtype_name(DType dtype);         // "fp64", "fp32", "bf16" (the CLI'
 char const* golden_dtype_name(DType dtype);  // "float64", "float32", "bfloat16" (golden/FORMAT.md's spelling)
 DType parse_dtype(std::string const& name);  // fp64|float64, fp32|float32, bf16|bfloat16; throws otherwise
 
+// AdamW's implementation (optim::AdamWKernel): auto = fusepack's one-pass kernel on CUDA, the foreach operations on
+// the CPU; the others on request, to compare them (the CPU takes foreach or aten-fused; fusepack is CUDA only).
+enum class OptimizerKernel { kAuto, kFusepack, kAtenFused, kForeach };
+char const* optimizer_kernel_name(OptimizerKernel kernel);             // "auto", "fusepack", "aten-fused", "foreach"
+OptimizerKernel parse_optimizer_kernel(std::string const& name);     // throws std::invalid_argument
+
 // The CLI's --activation-checkpointing: "none" → 0, "full" → 1, "every-N" → N (N >= 1); throws std::invalid_argument
 // for anything else. activation_checkpointing_name is its inverse.
 std::int64_t parse_activation_checkpointing(std::string const& text);
@@ -87,6 +93,7 @@ struct TrainConfig {
   double beta2 = 0.95;              // in [0, 1)
   double eps = 1e-8;                // >= 0
   double clip_norm = 1.0;           // >= 0: clip the global gradient norm to it; 0 = no clipping (still measured)
+  OptimizerKernel optimizer_kernel = OptimizerKernel::kAuto;  // not part of the settings a golden or resume compares
 
   // ---- Reproducibility and placement.
   std::uint64_t seed = 0;           // the parameter init (when no weights are given) and the epoch shuffles

@@ -52,6 +52,7 @@ struct Args {
   bool progress = true;
   double collective_timeout = 600;  // seconds
   std::string activation_checkpointing = "none";
+  std::string optimizer_kernel = "auto";
 };
 
 void add_tolerance(CLI::App& app, std::string const& field, golden::FieldTolerance& tol) {
@@ -146,6 +147,10 @@ int main(int argc, char** argv) {
   app.add_option("--beta2", c.beta2, "AdamW beta2")->capture_default_str();
   app.add_option("--eps", c.eps, "AdamW eps")->capture_default_str();
   app.add_option("--clip-norm", c.clip_norm, "clip the global gradient norm (0: no clipping)")->capture_default_str();
+  app.add_option("--optimizer-kernel", args.optimizer_kernel,
+                 "AdamW's implementation: auto (fusepack's one-pass kernel on CUDA, ATen's foreach operations on "
+                 "the CPU), fusepack, aten-fused (torch's fused=True kernel) or foreach")
+      ->capture_default_str();
   app.add_option("--seed", c.seed, "seed of the parameter init and the epoch shuffles")
       ->capture_default_str()
       ->check(CLI::Validator(non_negative_integer, "UINT64"));
@@ -280,6 +285,7 @@ int main(int argc, char** argv) {
     c.backend = ops::parse_backend(args.backend);
     c.dtype = train::parse_dtype(args.dtype);
     c.checkpoint_every = train::parse_activation_checkpointing(args.activation_checkpointing);
+    c.optimizer_kernel = train::parse_optimizer_kernel(args.optimizer_kernel);
     c.validate(train::TrainConfig::Naming::kOptions);
     env = parallel::DistEnv::from_environment();
 

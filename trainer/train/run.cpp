@@ -78,6 +78,7 @@ class LayerActivationMeter final : public model::WeightSource {
   }
   void finish_backward() override { inner_.finish_backward(); }
   c10::Device device() const override { return inner_.device(); }
+  optim::ComputeCopies compute_copies() const override { return inner_.compute_copies(); }
 
   std::int64_t most_kept_by_layers() const { return most_; }  // -1 before the first forward on a GPU
 
@@ -443,7 +444,11 @@ std::string batching_line(TrainConfig const& c, int world) {
 std::string optimizer_line(TrainConfig const& c) {
   return "optimizer: AdamW lr " + number(c.lr) + ", betas " + number(c.beta1) + "/" + number(c.beta2) + ", eps " +
          number(c.eps) + ", weight decay " + number(c.weight_decay) +
-         (c.clip_norm > 0 ? ", clip " + number(c.clip_norm) : std::string(", no clipping")) + "; warmup " +
+         (c.clip_norm > 0 ? ", clip " + number(c.clip_norm) : std::string(", no clipping")) +
+         (c.optimizer_kernel != OptimizerKernel::kAuto
+              ? std::string(", kernel ") + optimizer_kernel_name(c.optimizer_kernel)
+              : std::string()) +
+         "; warmup " +
          std::to_string(c.warmup_steps) + ", cosine to " + number(c.min_lr) + " at step " + std::to_string(c.steps);
 }
 
@@ -832,6 +837,12 @@ RunResult run_training(TrainConfig const& given, RunOptions const& options) {
   topts.schedule.warmup_steps = config.warmup_steps;
   topts.schedule.total_steps = config.steps;
   topts.clip_norm = config.clip_norm;
+  switch (config.optimizer_kernel) {
+    case OptimizerKernel::kAuto: topts.adamw.kernel = optim::AdamWKernel::kAuto; break;
+    case OptimizerKernel::kFusepack: topts.adamw.kernel = optim::AdamWKernel::kFusepack; break;
+    case OptimizerKernel::kAtenFused: topts.adamw.kernel = optim::AdamWKernel::kFused; break;
+    case OptimizerKernel::kForeach: topts.adamw.kernel = optim::AdamWKernel::kForeach; break;
+  }
   topts.all_reduce = all_reduce_sum(comm, "all-reduce of the step's targets, loss or gradient norm");
   std::unique_ptr<LayerActivationMeter> local;
   if (!sharded) local = std::make_unique<LayerActivationMeter>(model);

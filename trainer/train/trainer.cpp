@@ -28,6 +28,7 @@ Trainer::Trainer(model::Qwen35ForCausalLM& model, TrainerOptions options)
       params_(model_parameters(model)),
       adamw_(params_, options_.adamw) {
   check_options();
+  adamw_.set_compute_copies(weights_.compute_copies());
 }
 
 Trainer::Trainer(model::Qwen35ForCausalLM const& model, model::WeightSource& weights,
@@ -38,6 +39,7 @@ Trainer::Trainer(model::Qwen35ForCausalLM const& model, model::WeightSource& wei
       params_(std::move(params)),
       adamw_(params_, options_.adamw) {
   check_options();
+  adamw_.set_compute_copies(weights_.compute_copies());
 }
 
 void Trainer::resume_after(std::int64_t steps_taken) {
@@ -89,9 +91,9 @@ StepResult Trainer::step(std::vector<model::ModelBatch> const& micro_batches) {
   r.targets = normalizer.global_targets();
   // Both throw NonFiniteGradNorm before any update.
   FUSEPACK_PROFILE_RANGE(range, FUSEPACK_RANGE_PREFIX "optimizer");
-  r.grad_norm = options_.clip_norm > 0 ? optim::clip_grad_norm(params_, options_.clip_norm, options_.all_reduce)
-                                       : optim::grad_norm(params_, options_.all_reduce);
-  adamw_.step(r.lr);
+  // Clipping's factor goes into the update, which reads the gradients scaled (no pass of its own on CUDA).
+  r.grad_norm = optim::grad_norm(params_, options_.all_reduce);
+  adamw_.step(r.lr, options_.clip_norm > 0 ? optim::clip_factor(r.grad_norm, options_.clip_norm) : 1.0);
   ++steps_taken_;
   return r;
 }
