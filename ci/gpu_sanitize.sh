@@ -12,7 +12,8 @@
 #   initcheck: the fused op alone, every kernel instrumented (memory written by an uninstrumented kernel, such as the
 #     FlashAttention-2 output that the attention gate reads, would look uninitialised). In the composite baseline it
 #     reports ATen's reads of cuBLAS's batched-GEMM output, whose values are right: stores initcheck does not see.
-# The fused linear cross-entropy runs through its GPU tests instead (fusepack-gradcheck has no case for it).
+# The fused linear cross-entropy and the AdamW kernel run through their GPU tests instead (fusepack-gradcheck has no
+# case for them).
 # Exit status is non-zero when any tool reports anything or a gradient check fails; logs in $OUT_DIR.
 #   ci/gpu_sanitize.sh [build dir]        (default: $FUSEPACK_BUILD_DIR or build)
 set -uo pipefail
@@ -98,6 +99,21 @@ if [ -x "$lce_test" ]; then
 else
   failed=1
   echo "gpu_sanitize: $lce_test not found (build the tests)"
+fi
+# fusepack's AdamW kernel (kernels/optim), through the trainer's optimizer tests that run it: many parameters of
+# every size, aligned and one element into their buffers, fp32 and fp64, with compute copies; initcheck with every
+# kernel instrumented (p, g, m and v are written by ATen's kernels first).
+optim_test="$build_dir/tests/trainer/trainer_optim_test"
+if [ -x "$optim_test" ]; then
+  for tool in memcheck racecheck initcheck synccheck; do
+    filter=(--kernel-name kns=fusepack)
+    [ $tool = initcheck ] && filter=()
+    check "adamw (its GPU tests)" "$tool" "$out/adamw-$tool.log" "${filter[@]}" --print-limit 50 --error-exitcode 99 \
+      "$optim_test" --gtest_filter='*CudaFusepack*'
+  done
+else
+  failed=1
+  echo "gpu_sanitize: $optim_test not found (build the tests)"
 fi
 [ $failed -eq 0 ] && echo "[sanitize] PASSED: no report from any tool" || echo "[sanitize] FAILED (logs in $out)"
 exit $failed
