@@ -4,10 +4,11 @@
 #include "kernels/common/static_switch.h"
 #include "kernels/common/vec.cuh"
 
-#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 namespace fusepack {
 namespace {

@@ -823,7 +823,7 @@ TEST(LocalWeightsCuda, AGroupCastIsEachTensorsCastAndGradientsReachTheirOwnMaste
 // (no new cast); after an in-place change of a master (an ATen operation, or init_parameter_rows writing through a
 // raw pointer) it hands out that master's new cast, to the bit, and the other copies unchanged. A tied embedding is one
 // copy for both its groups. Catches, planted: validity that ignores the version (the old values served after the
-// change), init_parameter_rows not bumping the version.
+// change), init_parameter_rows not bumping the version, a tied weight given a copy per group.
 void expect_compute_copies_follow_their_masters(at::Device device) {
   Qwen35Config const c = model::preset("qwen35-tiny");
   Qwen35ForCausalLM const m(c, composite_bf16_over_fp32(device));
@@ -857,13 +857,15 @@ void expect_compute_copies_follow_their_masters(at::Device device) {
       EXPECT_TRUE(at::equal(t.detach(), before.at(name))) << name << " changed with another master";
     }
   }
-  if (c.tie_word_embeddings) {
-    std::string const embed = "model.embed_tokens.weight";
-    EXPECT_EQ(w.acquire(model::WeightGroup::embedding()).at(embed).data_ptr(),
-              w.acquire(model::WeightGroup::head()).at(embed).data_ptr())
-        << "a tied embedding is cast twice";
-    EXPECT_EQ(w.compute_copies().count(embed), 1u);
-  }
+  Qwen35Config tied = c;  // qwen35-tiny has a head of its own
+  tied.tie_word_embeddings = true;
+  Qwen35ForCausalLM const tied_model(tied, composite_bf16_over_fp32(device));
+  model::LocalWeights tied_weights(tied, tied_model.named_parameters(), tied_model.mixed_precision());
+  std::string const embed = "model.embed_tokens.weight";
+  EXPECT_EQ(tied_weights.acquire(model::WeightGroup::embedding()).at(embed).data_ptr(),
+            tied_weights.acquire(model::WeightGroup::head()).at(embed).data_ptr())
+      << "a tied embedding is cast twice";
+  EXPECT_EQ(tied_weights.compute_copies().count(embed), 1u);
 }
 
 TEST(LocalWeights, ComputeCopiesServeWhileTheirMastersAreUnchanged) {
