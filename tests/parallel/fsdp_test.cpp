@@ -229,6 +229,46 @@ TEST(FullyShardedWeights, ShardsHoldTheWholeModelsInitialRowsOnEveryWorldSize) {
   }
 }
 
+// A unit's all-gather input is its shards cast to their gather dtypes (bf16 compute; A_log and dt_bias stay fp32) in
+// list operations, one per dtype: the weights a forward acquires equal the whole model's masters cast per parameter,
+// to the bit, on 1, 2 and 3 ranks (3: uneven shards with padding). Catches, planted in gather_into: the bf16 list's
+// copy left out (its slots hold whatever the buffer held).
+TEST(FullyShardedWeights, AcquiredWeightsAreTheMastersCastToTheirComputeDtype) {
+  model::Qwen35Config const config = model::preset("qwen35-tiny");
+  model::ModelOptions mo;
+  mo.dtype = at::kFloat;
+  mo.seed = 11;
+  mo.compute_dtype = at::kBFloat16;
+  model::Qwen35ForCausalLM const whole(config, mo);
+  for (int world = 1; world <= 3; ++world) {
+    auto const group = parallel::local_gloo_group(world, test_options());
+    auto const outcomes = on_ranks<int>(group, [&](int, std::shared_ptr<Collectives> const& comm) {
+      parallel::FullyShardOptions so;
+      so.master_dtype = at::kFloat;
+      so.mixed_precision = whole.mixed_precision();
+      parallel::FullyShardedWeights w(config, comm, so);
+      w.init_parameters(11);
+      at::NoGradGuard no_grad;
+      int mismatches = 0;
+      for (model::WeightGroup const& g : model::weight_groups(config)) {
+        model::GroupWeights const got = w.acquire(g);
+        for (auto const& [name, t] : got) {
+          at::Tensor const master = whole.parameter(name).detach();
+          at::Tensor const want = master.to(so.mixed_precision.compute_dtype(name, at::kFloat));
+          if (t.scalar_type() != want.scalar_type() || !at::equal(t, want)) ++mismatches;
+        }
+        w.release(g, at::Tensor());
+      }
+      return mismatches;
+    });
+    for (std::size_t r = 0; r < outcomes.size(); ++r) {
+      EXPECT_TRUE(outcomes[r].error.empty()) << outcomes[r].error;
+      EXPECT_EQ(outcomes[r].value, 0) << "world " << world << " rank " << r << ": acquired weights differ from the "
+                                      << "masters' casts";
+    }
+  }
+}
+
 struct OneBackward {
   std::int64_t all_gathers = 0, reduce_scatters = 0;
   std::vector<at::Tensor> grads;  // rank 0's shard gradients

@@ -140,12 +140,23 @@ struct FullyShardedWeights::Impl {
       g.allocated = true;
     }
     at::Tensor in = at::empty({u.shard_bytes}, at::TensorOptions().dtype(at::kByte).device(device));
+    // The shards, cast to their gather dtype, and the padding and alignment gaps zeroed, as a few list operations
+    // (one copy per gather dtype, one fill) instead of two kernels per parameter.
+    std::map<at::ScalarType, std::pair<std::vector<at::Tensor>, std::vector<at::Tensor>>> casts;  // dst, src
+    std::vector<at::Tensor> gaps;
     for (std::size_t i : u.params) {
       ShardedParameter const& p = params[i];
       std::int64_t const real = p.layout.local_numel() * p.element_size;
-      if (real > 0) in.narrow(0, p.in_offset, real).view(p.gather_dtype).copy_(p.shard.reshape({-1}));
-      in.narrow(0, p.in_offset + real, align_up(p.padded_bytes) - real).zero_();  // padding and alignment gap
+      if (real > 0) {
+        auto& [dst, src] = casts[p.gather_dtype];
+        dst.push_back(in.narrow(0, p.in_offset, real).view(p.gather_dtype));
+        src.push_back(p.shard.reshape({-1}));
+      }
+      std::int64_t const gap = align_up(p.padded_bytes) - real;
+      if (gap > 0) gaps.push_back(in.narrow(0, p.in_offset + real, gap));
     }
+    for (auto& [dtype, lists] : casts) at::_foreach_copy_(lists.first, lists.second);
+    if (!gaps.empty()) at::_foreach_zero_(gaps);
     // With one rank the rank-major all-gather buffer is already laid out parameter after parameter: the collective
     // writes the gathered weights in place.
     at::Tensor out = world == 1 ? g.flat : at::empty({u.shard_bytes * world}, in.options());
