@@ -701,29 +701,19 @@ TEST(GatedDeltaSchedules, ByShapeIsLeanForOneWaveOfLeanBlocks) {
   EXPECT_EQ(gated_delta_blocks_per_sm(300 * 1024, 233472), 1);
 }
 
-// `statement` must throw std::invalid_argument whose message contains `substring`.
-template <typename F>
-void expect_invalid_argument(F&& statement, std::string const& substring) {
-  try {
-    statement();
-    ADD_FAILURE() << "expected std::invalid_argument containing '" << substring << "'";
-  } catch (std::invalid_argument const& e) {
-    EXPECT_NE(std::string(e.what()).find(substring), std::string::npos) << "message: " << e.what();
-  }
-}
-
 // Arguments no GPU has are refused with the values, not turned into a schedule.
 TEST(GatedDeltaSchedules, RefusesImpossibleGpuFigures) {
   using S = GatedDeltaSchedule;
-  expect_invalid_argument([] { gated_delta_pick_schedule(S::kByShape, 128, 0, 1); },
-                     "expected lean_blocks >= 0, sms >= 1 and lean_blocks_per_sm >= 1; got 128, 0 and 1");
-  expect_invalid_argument([] { gated_delta_pick_schedule(S::kLeanChain, 128, 132, 0); }, "got 128, 132 and 0");
-  expect_invalid_argument([] { gated_delta_pick_schedule(S::kByShape, -1, 132, 1); }, "got -1, 132 and 1");
-  expect_invalid_argument([] { gated_delta_blocks_per_sm(1024, 0); },
-                     "shared memory per multiprocessor must be positive; got 0 bytes");
+  FUSEPACK_EXPECT_INVALID_ARGUMENT(
+      gated_delta_pick_schedule(S::kByShape, 128, 0, 1),
+      "expected lean_blocks >= 0, sms >= 1 and lean_blocks_per_sm >= 1; got 128, 0 and 1");
+  FUSEPACK_EXPECT_INVALID_ARGUMENT(gated_delta_pick_schedule(S::kLeanChain, 128, 132, 0), "got 128, 132 and 0");
+  FUSEPACK_EXPECT_INVALID_ARGUMENT(gated_delta_pick_schedule(S::kByShape, -1, 132, 1), "got -1, 132 and 1");
+  FUSEPACK_EXPECT_INVALID_ARGUMENT(gated_delta_blocks_per_sm(1024, 0),
+                                   "shared memory per multiprocessor must be positive; got 0 bytes");
 #ifdef FUSEPACK_TEST_CUDA_KERNELS
-  expect_invalid_argument([] { gated_delta_fwd_lean_blocks_per_sm(DType::kBF16, 96, 233472); },
-                          "unsupported kK=96: compiled for {64, 128}");
+  FUSEPACK_EXPECT_INVALID_ARGUMENT(gated_delta_fwd_lean_blocks_per_sm(DType::kBF16, 96, 233472),
+                                   "unsupported kK=96: compiled for {64, 128}");
 #endif
 }
 
