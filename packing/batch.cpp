@@ -77,6 +77,44 @@ std::vector<std::int32_t> shifted_labels(Example const& example, std::int64_t ma
 
 std::int64_t PackedBatch::num_targets() const { return count_targets(labels); }
 
+std::int64_t PackedBatch::num_examples() const {
+  return static_cast<std::int64_t>(example_ids.size()) - (filler_tokens() > 0 ? 1 : 0);
+}
+
+std::int64_t PackedBatch::filler_tokens() const {
+  if (example_ids.empty() || example_ids.back() != kFillerExampleId || cu_seqlens.size() != example_ids.size() + 1) {
+    return 0;
+  }
+  return cu_seqlens[cu_seqlens.size() - 1] - cu_seqlens[cu_seqlens.size() - 2];
+}
+
+void complete_to_budget(PackedBatch& batch, std::int64_t budget, std::int32_t filler_token) {
+  std::int64_t const T = batch.num_tokens();
+  if (T > budget) {
+    throw std::invalid_argument("complete_to_budget: the batch holds " + std::to_string(T) +
+                                " tokens, more than the token budget of " + std::to_string(budget));
+  }
+  if (!batch.example_ids.empty() && batch.example_ids.back() == kFillerExampleId) {
+    throw std::invalid_argument("complete_to_budget: the batch ends in a filler already");
+  }
+  if (filler_token < 0) {
+    throw std::invalid_argument("complete_to_budget: the filler token must be an id >= 0; got " +
+                                std::to_string(filler_token));
+  }
+  if (T == budget) return;
+  auto const n = static_cast<std::int32_t>(budget - T);
+  auto const example = static_cast<std::int32_t>(batch.example_ids.size());
+  for (std::int32_t p = 0; p < n; ++p) {
+    batch.tokens.push_back(filler_token);
+    batch.labels.push_back(kIgnoreIndex);
+    batch.position_ids.push_back(p);
+    batch.seq_idx.push_back(example);
+  }
+  batch.cu_seqlens.push_back(static_cast<std::int32_t>(budget));
+  batch.max_seqlen = std::max(batch.max_seqlen, n);
+  batch.example_ids.push_back(kFillerExampleId);
+}
+
 void PackedBatch::validate() const {
   char const* const type = "PackedBatch";
   auto const T = static_cast<std::int64_t>(tokens.size());
@@ -128,6 +166,18 @@ void PackedBatch::validate() const {
     if (labels[last] != kIgnoreIndex) {
       violated(type, "labels are -100 at the last token of every example (no target crosses a boundary)", "labels[",
                last, "]=", labels[last], " at the last token of example ", i);
+    }
+    if (example_ids[i] < 0 && (example_ids[i] != kFillerExampleId || i + 1 != N)) {
+      violated(type, "example ids are dataset indices >= 0, or -1 for a filler at the end", "example_ids[", i, "]=",
+               example_ids[i], " of N=", N);
+    }
+    if (example_ids[i] == kFillerExampleId) {
+      for (std::int32_t t = cu_seqlens[i]; t < cu_seqlens[i + 1]; ++t) {
+        if (labels[t] != kIgnoreIndex) {
+          violated(type, "a filler has no targets (labels all -100)", "labels[", t, "]=", labels[t],
+                   " in the filler (example ", i, ")");
+        }
+      }
     }
   }
 }

@@ -16,6 +16,10 @@ namespace fusepack::packing {
 
 inline constexpr std::int64_t kNoLengthLimit = -1;
 
+// The example id of the filler that completes a packed batch to its token budget (complete_to_budget): an example of
+// its own at the batch's end, with no targets and from no dataset.
+inline constexpr std::int64_t kFillerExampleId = -1;
+
 struct PackedBatch {
   std::vector<std::int32_t> tokens;        // [T]
   std::vector<std::int32_t> labels;        // [T] target of position t, or -100; never crosses an example boundary
@@ -23,11 +27,13 @@ struct PackedBatch {
   std::vector<std::int32_t> cu_seqlens;    // [N+1] 0 = cu[0] < cu[1] < ... < cu[N] = T
   std::vector<std::int32_t> seq_idx;       // [T] i for t in [cu[i], cu[i+1]): index of the example in this batch
   std::int32_t max_seqlen = 0;             // max over i of cu[i+1] - cu[i]
-  std::vector<std::int64_t> example_ids;   // [N] dataset index of each example, in batch order
+  std::vector<std::int64_t> example_ids;   // [N] dataset index of each example, in batch order (kFillerExampleId for
+                                           // a filler, last)
 
-  std::int64_t num_tokens() const { return static_cast<std::int64_t>(tokens.size()); }
-  std::int64_t num_examples() const { return static_cast<std::int64_t>(example_ids.size()); }
-  std::int64_t num_targets() const;  // labels != -100
+  std::int64_t num_tokens() const { return static_cast<std::int64_t>(tokens.size()); }  // T, a filler's included
+  std::int64_t num_examples() const;   // the dataset's examples: every entry but a filler
+  std::int64_t filler_tokens() const;  // the filler's tokens, 0 without one
+  std::int64_t num_targets() const;    // labels != -100
   // Checks every docs/contracts.md, batches invariant; throws std::invalid_argument "PackedBatch invariant '<name>'
   // violated: ...".
   void validate() const;
@@ -51,6 +57,14 @@ struct PaddedBatch {
   // violated: ...".
   void validate() const;
 };
+
+// Completes `batch` to exactly `budget` tokens with a filler example of budget − T tokens at its end: its own entry in
+// cu_seqlens (so no op lets it touch the other examples), every token `filler_token`, positions from 0, labels all
+// -100 (no target, so neither the loss nor its gradient changes), example id kFillerExampleId. Nothing changes when the
+// batch holds `budget` tokens already. A batch of fixed shape lets a step be captured once and replayed (CUDA graphs)
+// and keeps every kernel's launch shape the same from step to step. Throws std::invalid_argument when the batch holds
+// more than `budget` tokens, already ends in a filler, or filler_token < 0.
+void complete_to_budget(PackedBatch& batch, std::int64_t budget, std::int32_t filler_token);
 
 // The HF shift of one example: out[p] = labels[p+1] for p+1 < length, -100 at p = length-1. `max_length` cuts the
 // example first (its new last token gets -100).

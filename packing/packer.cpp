@@ -68,6 +68,9 @@ void PackerOptions::validate() const {
   if (lookahead < 1) {
     throw std::invalid_argument("PackerOptions: lookahead must be >= 1; got " + std::to_string(lookahead));
   }
+  if (filler_token < 0) {
+    throw std::invalid_argument("PackerOptions: filler_token must be an id >= 0; got " + std::to_string(filler_token));
+  }
 }
 
 std::vector<std::int64_t> example_lengths(std::vector<Example> const& dataset) {
@@ -174,7 +177,9 @@ EpochPlan plan_epoch(std::vector<std::int64_t> const& lengths, PackerOptions con
 }
 
 PackedBatch packed_batch(std::vector<Example> const& dataset, BatchPlan const& plan, PackerOptions const& options) {
-  return make_packed_batch(dataset, plan, max_length_for(dataset, plan, options));
+  PackedBatch b = make_packed_batch(dataset, plan, max_length_for(dataset, plan, options));
+  if (options.complete_packs) complete_to_budget(b, options.token_budget, options.filler_token);
+  return b;
 }
 
 PaddedBatch padded_batch(std::vector<Example> const& dataset, BatchPlan const& plan, PackerOptions const& options) {

@@ -32,6 +32,9 @@ struct PackerOptions {
   std::int64_t lookahead = 64;       // examples the packer may look past the oldest waiting one, >= 1 (1 = in order)
   std::uint64_t seed = 0;            // of the shuffle; the epoch is mixed in
   OversizePolicy oversize = OversizePolicy::kError;
+  // packed_batch completes every packed batch to token_budget tokens with a filler example (complete_to_budget)
+  bool complete_packs = false;
+  std::int32_t filler_token = 0;
 
   void validate() const;  // throws std::invalid_argument
 };

@@ -6,6 +6,10 @@
 //   no label crosses an example                       labels shifted once per pack instead of per example
 //   same seed -> same batches                         a shuffle seeded from process state
 //   paired mode: same examples, same targets          a "paired" plan whose padded side is planned on its own
+//   a pack completed to the budget is the pack plus   a filler appended to the last example; a filler with
+//   one isolated filler with no targets               targets
+// Every property runs with and without packs completed to the budget (PackerOptions::complete_packs); the filler is
+// no dataset example, so the checks that follow examples through an epoch skip it and the filler property checks it.
 // "Supervised token" means a target: position p >= 1 of an example with labels[p] != -100, within the example's cut
 // to the budget under OversizePolicy::kTruncate (the HF shift never makes labels[0] a target).
 #include "properties/check.h"
@@ -102,6 +106,7 @@ std::vector<Slot> slots_of(std::vector<PackedBatch> const& batches) {
   for (std::size_t b = 0; b < batches.size(); ++b) {
     PackedBatch const& pb = batches[b];
     for (std::size_t i = 0; i + 1 < pb.cu_seqlens.size() && i < pb.example_ids.size(); ++i) {
+      if (pb.example_ids[i] == packing::kFillerExampleId) continue;  // no dataset example: check_filler's
       auto const begin = static_cast<std::size_t>(pb.cu_seqlens[i]), end = static_cast<std::size_t>(pb.cu_seqlens[i + 1]);
       if (begin > end || end > pb.tokens.size() || end > pb.labels.size()) continue;  // the layout property's job
       slots.push_back({b, i, pb.example_ids[i], {pb.tokens.begin() + begin, pb.tokens.begin() + end},
@@ -316,7 +321,9 @@ void check_paired(Packer const& packer) {
                       "paired mode: " << epoch.packed.size() << " packed steps, " << epoch.padded.size()
                                       << " padded steps");
   for (std::size_t b = 0; b < epoch.packed.size(); ++b) {
-    FUSEPACK_RC_REQUIRE(epoch.packed[b].example_ids == epoch.padded[b].example_ids,
+    std::vector<std::int64_t> packed_ids = epoch.packed[b].example_ids;
+    if (!packed_ids.empty() && packed_ids.back() == packing::kFillerExampleId) packed_ids.pop_back();
+    FUSEPACK_RC_REQUIRE(packed_ids == epoch.padded[b].example_ids,
                         "paired mode, step " << b << ": packed examples " << str(epoch.packed[b].example_ids)
                                              << ", padded examples " << str(epoch.padded[b].example_ids));
   }
@@ -327,6 +334,54 @@ void check_paired(Packer const& packer) {
     FUSEPACK_RC_REQUIRE(packed[k].tokens == padded[k].tokens && packed[k].labels == padded[k].labels,
                         "paired mode, step " << packed[k].batch << " example " << packed[k].id << ": packed labels "
                                              << str(packed[k].labels) << ", padded labels " << str(padded[k].labels));
+  }
+}
+
+// Packs completed to the budget: each holds exactly token_budget tokens; its first tokens are the uncompleted pack
+// (the same examples, cu_seqlens, tokens, labels, positions and seq_idx); the rest, if any, is one example of its own
+// with id kFillerExampleId, positions from 0 and no target.
+void check_filler(Packer const& packer) {
+  Scenario s = draw_scenario();
+  s.options.complete_packs = false;
+  EpochBatches const plain = packer(s.dataset, s.options, s.mode, s.epoch);
+  s.options.complete_packs = true;
+  EpochBatches const full = packer(s.dataset, s.options, s.mode, s.epoch);
+  FUSEPACK_RC_REQUIRE(plain.packed.size() == full.packed.size(),
+                      full.packed.size() << " completed packs for " << plain.packed.size() << " packs");
+  std::int64_t const budget = s.options.token_budget;
+  for (std::size_t b = 0; b < full.packed.size(); ++b) {
+    PackedBatch const& p = plain.packed[b];
+    PackedBatch const& f = full.packed[b];
+    FUSEPACK_RC_REQUIRE(f.num_tokens() == budget,
+                        "completed pack " << b << " holds " << f.num_tokens() << " tokens, the budget is " << budget);
+    auto const T = static_cast<std::size_t>(p.num_tokens());
+    auto const prefix = [&](std::vector<std::int32_t> const& v) {
+      return std::vector<std::int32_t>(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(std::min(T, v.size())));
+    };
+    FUSEPACK_RC_REQUIRE(prefix(f.tokens) == p.tokens && prefix(f.labels) == p.labels &&
+                            prefix(f.position_ids) == p.position_ids && prefix(f.seq_idx) == p.seq_idx,
+                        "completed pack " << b << " changes the pack's first " << T << " tokens: labels "
+                                          << str(f.labels) << " for " << str(p.labels));
+    bool const filled = f.num_tokens() > p.num_tokens();
+    std::size_t const n = p.example_ids.size() + (filled ? 1 : 0);
+    FUSEPACK_RC_REQUIRE(f.example_ids.size() == n && f.cu_seqlens.size() == n + 1 &&
+                            std::equal(p.cu_seqlens.begin(), p.cu_seqlens.end(), f.cu_seqlens.begin()) &&
+                            std::equal(p.example_ids.begin(), p.example_ids.end(), f.example_ids.begin()),
+                        "completed pack " << b << ": cu_seqlens " << str(f.cu_seqlens) << ", examples "
+                                          << str(f.example_ids) << " for the pack's " << str(p.cu_seqlens) << ", "
+                                          << str(p.example_ids) << " (the filler must be an example of its own)");
+    if (!filled) continue;
+    FUSEPACK_RC_REQUIRE(f.example_ids.back() == packing::kFillerExampleId,
+                        "completed pack " << b << ": the filler's example id is " << f.example_ids.back());
+    for (std::size_t t = T; t < f.tokens.size(); ++t) {
+      FUSEPACK_RC_REQUIRE(f.labels[t] == kIgnoreIndex && f.position_ids[t] == static_cast<std::int32_t>(t - T) &&
+                              f.seq_idx[t] == static_cast<std::int32_t>(n - 1),
+                          "completed pack " << b << ", filler token " << t - T << ": label " << f.labels[t]
+                                            << ", position " << f.position_ids[t] << ", seq_idx " << f.seq_idx[t]);
+    }
+    FUSEPACK_RC_REQUIRE(f.num_targets() == p.num_targets(),
+                        "completed pack " << b << " has " << f.num_targets() << " targets, the pack "
+                                          << p.num_targets());
   }
 }
 
@@ -422,12 +477,12 @@ EpochBatches labels_shifted_per_pack_packer(std::vector<Example> const& dataset,
   EpochBatches out = fusepack_packer(dataset, options, mode, epoch);
   for (PackedBatch& pb : out.packed) {
     std::vector<std::int32_t> unshifted;
-    for (std::size_t i = 0; i < pb.example_ids.size(); ++i) {
+    for (std::size_t i = 0; i < static_cast<std::size_t>(pb.num_examples()); ++i) {  // a filler keeps its labels
       Example const& ex = dataset[static_cast<std::size_t>(pb.example_ids[i])];
       unshifted.insert(unshifted.end(), ex.labels.begin(),
                        ex.labels.begin() + (pb.cu_seqlens[i + 1] - pb.cu_seqlens[i]));
     }
-    for (std::size_t t = 0; t < pb.labels.size(); ++t) {
+    for (std::size_t t = 0; t < unshifted.size(); ++t) {
       pb.labels[t] = t + 1 < unshifted.size() ? unshifted[t + 1] : kIgnoreIndex;
     }
   }
@@ -441,6 +496,40 @@ EpochBatches unseeded_packer(std::vector<Example> const& dataset, PackerOptions 
   PackerOptions reseeded = options;
   reseeded.seed = packing::mix_seed({options.seed, calls++});
   return fusepack_packer(dataset, reseeded, mode, epoch);
+}
+
+// The packer with each completed pack's filler tokens appended to its last example (no cu_seqlens entry of their own,
+// positions continuing): ops would let the last example attend to them and carry state into them.
+EpochBatches filler_in_last_example_packer(std::vector<Example> const& dataset, PackerOptions const& options,
+                                           PlanMode mode, std::uint64_t epoch) {
+  EpochBatches out = fusepack_packer(dataset, options, mode, epoch);
+  for (PackedBatch& pb : out.packed) {
+    if (pb.filler_tokens() == 0) continue;
+    pb.example_ids.pop_back();
+    pb.cu_seqlens.erase(pb.cu_seqlens.end() - 2);  // the filler's start: its tokens join the last example
+    std::int32_t const start = pb.cu_seqlens[pb.cu_seqlens.size() - 2];
+    std::int32_t longest = 0;
+    for (std::size_t i = 0; i + 1 < pb.cu_seqlens.size(); ++i) {
+      longest = std::max(longest, pb.cu_seqlens[i + 1] - pb.cu_seqlens[i]);
+    }
+    pb.max_seqlen = longest;
+    for (std::size_t t = static_cast<std::size_t>(start); t < pb.tokens.size(); ++t) {
+      pb.position_ids[t] = static_cast<std::int32_t>(t) - start;
+      pb.seq_idx[t] = static_cast<std::int32_t>(pb.example_ids.size() - 1);
+    }
+  }
+  return out;
+}
+
+// The packer with each filler's labels its next tokens (the HF shift applied to the filler as to an example).
+EpochBatches filler_with_targets_packer(std::vector<Example> const& dataset, PackerOptions const& options,
+                                        PlanMode mode, std::uint64_t epoch) {
+  EpochBatches out = fusepack_packer(dataset, options, mode, epoch);
+  for (PackedBatch& pb : out.packed) {
+    auto const filler = static_cast<std::size_t>(pb.filler_tokens());
+    for (std::size_t t = pb.tokens.size() - filler; t + 1 < pb.tokens.size(); ++t) pb.labels[t] = pb.tokens[t + 1];
+  }
+  return out;
 }
 
 // Paired mode whose padded side is planned on its own (rows x longest <= budget), so steps hold other examples.
@@ -473,6 +562,20 @@ TEST(PackingInvariants, SameSeedSameBatches) {
 
 TEST(PackingInvariants, PairedModeSameExamplesAndTargetsInBothPaths) {
   check_property([] { check_paired(fusepack_packer); });
+}
+
+TEST(PackingInvariants, APackCompletedToTheBudgetIsThePackPlusAnIsolatedFillerWithoutTargets) {
+  check_property([] { check_filler(fusepack_packer); });
+}
+
+TEST(PackingInvariants, PlantedFillerAppendedToTheLastExampleFailsTheFillerProperty) {
+  check_planted("filler tokens appended to the pack's last example instead of an example of their own",
+                [] { check_filler(filler_in_last_example_packer); });
+}
+
+TEST(PackingInvariants, PlantedFillerWithTargetsFailsTheFillerProperty) {
+  check_planted("a filler whose labels are its next tokens (targets the loss would count)",
+                [] { check_filler(filler_with_targets_packer); });
 }
 
 TEST(PackingInvariants, PlantedSplittingPackerFailsEverySupervisedTokenOnce) {

@@ -73,13 +73,15 @@ rc::Gen<packing::PackerOptions> packer_options(std::int64_t longest, std::int64_
         return rc::gen::map(
             rc::gen::tuple(rc::gen::resize(100, rc::gen::inRange<std::int64_t>(lo, hi + 1)),
                            rc::gen::element<std::int64_t>(1, 2, 3, 64),
-                           rc::gen::arbitrary<std::uint64_t>()),  // shrinks toward 0: any order is an order
-            [oversize](std::tuple<std::int64_t, std::int64_t, std::uint64_t> const& t) {
+                           rc::gen::arbitrary<std::uint64_t>(),  // shrinks toward 0: any order is an order
+                           rc::gen::arbitrary<bool>()),
+            [oversize](std::tuple<std::int64_t, std::int64_t, std::uint64_t, bool> const& t) {
               packing::PackerOptions options;
               options.token_budget = std::get<0>(t);
               options.lookahead = std::get<1>(t);
               options.seed = std::get<2>(t);
               options.oversize = oversize;
+              options.complete_packs = std::get<3>(t);  // packed batches completed to the budget by a filler
               return options;
             });
       });

@@ -9,7 +9,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
+#include <string>
 #include <vector>
 
 namespace fusepack::test {
@@ -175,6 +177,17 @@ TEST(PackedBatch, ValidateNamesEachViolatedInvariant) {
       {"negative token", [](PackedBatch& b) { b.tokens[0] = -1; }, "tokens are ids >= 0"},
       {"wrong target", [](PackedBatch& b) { b.labels[0] = 99; }, "labels[t] is -100 or tokens[t+1]"},
       {"cross-boundary target", [](PackedBatch& b) { b.labels[2] = 20; }, "-100 at the last token of every example"},
+      {"negative example id", [](PackedBatch& b) { b.example_ids[1] = -2; },
+       "dataset indices >= 0, or -1 for a filler"},
+      {"filler not last", [](PackedBatch& b) { b.example_ids[0] = packing::kFillerExampleId; },
+       "dataset indices >= 0, or -1 for a filler at the end"},
+      {"filler with a target",  // the label is the next token, so only the filler rule refuses it
+       [](PackedBatch& b) {
+         std::int64_t const T = b.num_tokens();
+         packing::complete_to_budget(b, T + 3, 5);
+         b.labels[static_cast<std::size_t>(T)] = 5;
+       },
+       "a filler has no targets"},
   };
   for (Corruption const& c : corruptions) {
     SCOPED_TRACE(c.what);
@@ -182,6 +195,46 @@ TEST(PackedBatch, ValidateNamesEachViolatedInvariant) {
     c.apply(b);
     FUSEPACK_EXPECT_INVALID_ARGUMENT(b.validate(), c.invariant);
   }
+}
+
+// A filler completes a pack to its budget as an example of its own with no target; the real examples are untouched.
+TEST(PackedBatch, CompletedToTheBudgetByAnIsolatedFillerWithoutTargets) {
+  PackedBatch const pack = packing::make_packed_batch(worked_examples());
+  std::int64_t const T = pack.num_tokens();
+  PackedBatch b = pack;
+  packing::complete_to_budget(b, T + 4, 7);
+  EXPECT_NO_THROW(b.validate());
+  EXPECT_EQ(b.num_tokens(), T + 4);
+  EXPECT_EQ(b.filler_tokens(), 4);
+  EXPECT_EQ(b.num_examples(), pack.num_examples());
+  EXPECT_EQ(b.num_targets(), pack.num_targets());
+  auto const n = static_cast<std::size_t>(T);
+  EXPECT_EQ(std::vector<std::int32_t>(b.tokens.begin(), b.tokens.begin() + T), pack.tokens);
+  EXPECT_EQ(std::vector<std::int32_t>(b.labels.begin(), b.labels.begin() + T), pack.labels);
+  EXPECT_EQ(std::vector<std::int32_t>(b.tokens.begin() + T, b.tokens.end()), std::vector<std::int32_t>(4, 7));
+  EXPECT_EQ(std::vector<std::int32_t>(b.labels.begin() + T, b.labels.end()), std::vector<std::int32_t>(4, -100));
+  EXPECT_EQ(std::vector<std::int32_t>(b.position_ids.begin() + T, b.position_ids.end()),
+            (std::vector<std::int32_t>{0, 1, 2, 3}));
+  EXPECT_EQ(std::vector<std::int32_t>(b.seq_idx.begin() + T, b.seq_idx.end()), std::vector<std::int32_t>(4, 3));
+  std::vector<std::int32_t> cu = pack.cu_seqlens;
+  cu.push_back(static_cast<std::int32_t>(T + 4));
+  EXPECT_EQ(b.cu_seqlens, cu);
+  EXPECT_EQ(b.example_ids.back(), packing::kFillerExampleId);
+  EXPECT_EQ(b.max_seqlen, std::max(pack.max_seqlen, 4));
+  EXPECT_EQ(pack.filler_tokens(), 0);
+  EXPECT_EQ(n, pack.tokens.size());
+
+  PackedBatch full = pack;  // already at the budget: unchanged
+  packing::complete_to_budget(full, T, 7);
+  EXPECT_EQ(full.tokens, pack.tokens);
+  EXPECT_EQ(full.example_ids, pack.example_ids);
+
+  PackedBatch over = pack;
+  FUSEPACK_EXPECT_INVALID_ARGUMENT(packing::complete_to_budget(over, T - 1, 7),
+                                   "holds " + std::to_string(T) + " tokens, more than the token budget of " +
+                                       std::to_string(T - 1));
+  FUSEPACK_EXPECT_INVALID_ARGUMENT(packing::complete_to_budget(b, T + 8, 7), "ends in a filler already");
+  FUSEPACK_EXPECT_INVALID_ARGUMENT(packing::complete_to_budget(over, T + 1, -1), "must be an id >= 0; got -1");
 }
 
 TEST(PaddedBatch, ValidateNamesEachViolatedInvariant) {

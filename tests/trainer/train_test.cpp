@@ -102,6 +102,11 @@ TEST(TrainConfig, EachBadFieldIsNamedWithItsValue) {
        "optimizer_kernel fusepack runs on CUDA only and needs device cuda; got device 'cpu'"},
       {[](TrainConfig& c) { c.dtype = train::DType::kBFloat16; }, "dtype bf16 (bf16 compute over fp32 master "},
       {[](TrainConfig& c) { c.threads = -2; }, "threads must be >= 0"},
+      {[](TrainConfig& c) {
+         c.complete_packs = true;
+         c.batching = train::Batching::kPadded;
+       },
+       "complete_packs completes packed micro-batches to the token budget; got batching padded"},
       {[](TrainConfig& c) { c.golden_write = c.golden_check = "g.json"; }, "name the same file 'g.json'"},
       {[](TrainConfig& c) { c.profile_step = 10; }, "profile_step must be in [0, steps = 10) or -1 (off); got 10"},
       {[](TrainConfig& c) { c.eval_every = 5; }, "eval_every 5 is given but eval_data, the dataset to evaluate, is not"},
@@ -291,6 +296,40 @@ TEST(Trainer, TwoMicroBatchesInOneStepEqualTheSameExamplesInOneMicroBatch) {
   EXPECT_LE(worst, 1e-12);
 }
 
+// A pack completed to a budget by a filler (its own example, no targets) trains as the pack alone: the filler's
+// positions get no loss and a gradient of exactly zero, and no op lets it reach the examples.
+TEST(Trainer, APackCompletedByAFillerTrainsAsThePackAlone) {
+  std::uint64_t const seed = test_seed();
+  std::vector<packing::Example> const data = small_dataset(seed);
+  auto plain = tiny_fp64(seed), filled = tiny_fp64(seed);
+  train::Trainer t1(*plain, trainer_options(2)), t2(*filled, trainer_options(2));
+  packing::PackedBatch pack = packing::make_packed_batch(data, {0, 1, 2, 3, 4});
+  model::ModelBatch const alone = model::make_model_batch(pack, at::kCPU);
+  packing::complete_to_budget(pack, pack.num_tokens() + 37, 3);
+  model::ModelBatch const completed = model::make_model_batch(pack, at::kCPU);
+  ASSERT_EQ(completed.num_examples, alone.num_examples + 1);
+  for (int s = 0; s < 2; ++s) {
+    train::StepResult const a = t1.step({alone});
+    train::StepResult const b = t2.step({completed});
+    EXPECT_EQ(a.targets, b.targets);
+    std::printf("[ measured ] step %d: loss rel diff %.3g, grad norm rel diff %.3g\n", s,
+                std::fabs(a.loss - b.loss) / a.loss, std::fabs(a.grad_norm - b.grad_norm) / a.grad_norm);
+    // The filler adds exact zeros to every gradient sum; only the GEMMs' longer sums may be blocked differently: a
+    // few ulps of fp64. 1e-13 relative, as for the micro-batch split above.
+    EXPECT_NEAR(a.loss, b.loss, 1e-13 * std::fabs(a.loss)) << "step " << s;
+    EXPECT_NEAR(a.grad_norm, b.grad_norm, 1e-13 * a.grad_norm) << "step " << s;
+  }
+  double worst = 0;  // same bound as above
+  for (std::size_t i = 0; i < plain->named_parameters().size(); ++i) {
+    worst = std::max(worst, (plain->named_parameters()[i].second - filled->named_parameters()[i].second)
+                                .abs()
+                                .max()
+                                .item<double>());
+  }
+  std::printf("[ measured ] max |weight difference| after 2 steps: %.3g\n", worst);
+  EXPECT_LE(worst, 1e-12);
+}
+
 TEST(Trainer, EachUpdateUsesTheSchedulesRateAndTheStepsAreCountedFromZero) {
   auto m = tiny_fp64(1);
   std::vector<packing::Example> const data = small_dataset(1);
@@ -333,6 +372,40 @@ TEST(RunTraining, LogsOneLinePerStepThenTheSummary) {
   EXPECT_EQ(r.golden.provenance.dtype, "float32");
   EXPECT_EQ(r.golden.provenance.world_size, 1);
   EXPECT_FALSE(r.comparison.has_value());
+}
+
+// --complete-packs: every micro-batch computes exactly the budget's positions; the step's tokens, targets and loss are
+// the examples' alone (the filler shows as padding), and the setting is part of the run's provenance.
+TEST(RunTraining, CompletedPacksTrainTheSameStepsAndCountTheFillerAsPadding) {
+  TrainConfig c = valid_config();
+  c.data = "synthetic:n=12,median=12,sigma=0.5,max=40,seed=3";
+  c.token_budget = 64;
+  c.micro_batches = 2;
+  c.steps = 2;
+  c.lr = 1e-3;
+  c.threads = 1;
+  c.dtype = train::DType::kFloat64;
+  train::RunResult const plain = train::run_training(c, {});
+  c.complete_packs = true;
+  std::ostringstream log;
+  train::RunOptions o;
+  o.log = &log;
+  train::RunResult const completed = train::run_training(c, o);
+  EXPECT_NE(log.str().find("budget 64 (packs completed to it)"), std::string::npos) << log.str();
+  ASSERT_EQ(completed.steps.size(), plain.steps.size());
+  for (std::size_t s = 0; s < plain.steps.size(); ++s) {
+    train::StepMetrics const& a = plain.steps[s];
+    train::StepMetrics const& b = completed.steps[s];
+    EXPECT_EQ(b.tokens, a.tokens) << "step " << s;
+    EXPECT_EQ(b.examples, a.examples) << "step " << s;
+    EXPECT_EQ(b.targets, a.targets) << "step " << s;
+    EXPECT_EQ(b.slots, 2 * c.token_budget) << "step " << s;
+    EXPECT_GT(b.padding_share(), 0.0) << "step " << s;
+    EXPECT_NEAR(b.loss, a.loss, 1e-13 * a.loss) << "step " << s;  // as in Trainer.APackCompletedByAFiller...
+  }
+  EXPECT_NE(completed.golden.provenance.batching.find("\"complete_packs\":true"), std::string::npos)
+      << completed.golden.provenance.batching;
+  EXPECT_EQ(plain.golden.provenance.batching.find("complete_packs"), std::string::npos);
 }
 
 // ------------------------------------------------------------------------------------------------------------------

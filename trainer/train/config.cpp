@@ -139,6 +139,7 @@ constexpr std::pair<char const*, char const*> kOptionOfField[] = {
     {"keep_checkpoints", "--keep-checkpoints"},
     {"resume", "--resume"},
     {"checkpoint_every", "--activation-checkpointing"},
+    {"complete_packs", "--complete-packs"},
     {"golden_write", "--golden-write"},
     {"golden_check", "--golden-check"},
     {"golden_baseline", "--golden-baseline"},
@@ -238,6 +239,9 @@ void TrainConfig::validate(Naming naming) const {
           "checkpoint: give " + n("resume") + " or " + n("golden_write") + "/" + n("golden_check") + ", not both");
   require(checkpoint_every >= 0, n("checkpoint_every") + " must be >= 0 (0 = no activation checkpointing); got " +
                                      std::to_string(checkpoint_every));
+  require(!complete_packs || batching == Batching::kPacked,
+          n("complete_packs") + " completes packed micro-batches to the token budget; got " + n("batching") + " " +
+              batching_name(batching));
 
   require(golden_write.empty() || golden_write != golden_check,
           n("golden_write") + " and " + n("golden_check") + " name the same file '" + golden_write + "'");

@@ -68,6 +68,10 @@ struct TrainConfig {
   std::int64_t token_budget = 8192;  // >= 1: most tokens in a packed batch (fill mode: most rows x longest padded)
   std::int64_t lookahead = 64;       // >= 1: examples the packer may look past the oldest waiting one
   packing::OversizePolicy oversize = packing::OversizePolicy::kError;  // examples longer than the budget
+  // Packed micro-batches completed to exactly token_budget tokens by a filler example of their own with no targets
+  // (packing::complete_to_budget): every step's micro-batches have one shape; the loss, targets and gradients are
+  // those of the examples alone. The filler's tokens count as padding in the log, not as tokens.
+  bool complete_packs = false;
   std::int64_t micro_batches = 1;    // >= 1 micro-batches per optimizer step and rank (gradient accumulation): a step
                                      // takes world_size x micro_batches consecutive micro-batches of the epoch plan,
                                      // rank r the r-th run of micro_batches of them; its loss is Σ CE over all of

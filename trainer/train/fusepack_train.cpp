@@ -132,6 +132,9 @@ int main(int argc, char** argv) {
   app.add_option("--lookahead", c.lookahead, "examples the packer may look ahead")->capture_default_str();
   app.add_option("--oversize", args.oversize, "examples longer than the budget: error or truncate")
       ->capture_default_str();
+  app.add_flag("--complete-packs", c.complete_packs,
+               "packed batching: complete every micro-batch to exactly --budget tokens with a filler example of its "
+               "own that has no targets (one shape for every step; the loss and gradients are the examples' alone)");
   app.add_option("--micro-batches", c.micro_batches, "micro-batches per optimizer step (gradient accumulation)")
       ->capture_default_str();
   app.add_option("--steps", c.steps, "optimizer steps (or --epochs)")->capture_default_str();

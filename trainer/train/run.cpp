@@ -232,6 +232,7 @@ Json batching_description(TrainConfig const& c, int world_size) {
   // The steps derived from --epochs are those of the data and settings; the epochs still say what was asked for, so
   // a resume must repeat them (run_fingerprint). Absent without --epochs: the goldens written before it compare equal.
   if (c.epochs > 0) b["epochs"] = c.epochs;
+  if (c.complete_packs) b["complete_packs"] = true;  // absent when off: goldens written before it compare equal
   b["backend"] = ops::backend_name(c.backend);
   // The optimizer and schedule have no provenance field of their own in FORMAT.md version 1: they ride here.
   b["optimizer"] = Json{{"name", "AdamW"},          {"lr", c.lr},
@@ -427,12 +428,14 @@ std::string eval_line(EvalSet const& e, TrainConfig const& c) {
 }
 
 // "batching: packed (paired), budget 8,192, lookahead 64, oversize error; 10 steps of 2 micro-batches" and with
-// several ranks "... of 4 micro-batches (2 per rank x 2 ranks)".
+// several ranks "... of 4 micro-batches (2 per rank x 2 ranks)"; --complete-packs adds "(packs completed to it)" after
+// the budget.
 std::string batching_line(TrainConfig const& c, int world) {
   std::int64_t const per_step = c.micro_batches * world;
   return std::string("batching: ") + batching_name(c.batching) + " (" + pairing_name(c.pairing) + "), budget " +
-         grouped(c.token_budget) + ", lookahead " + grouped(c.lookahead) + ", oversize " +
-         packing::oversize_policy_name(c.oversize) + "; " + grouped(c.steps) + (c.steps == 1 ? " step" : " steps") +
+         grouped(c.token_budget) + (c.complete_packs ? " (packs completed to it)" : "") + ", lookahead " +
+         grouped(c.lookahead) + ", oversize " + packing::oversize_policy_name(c.oversize) + "; " + grouped(c.steps) +
+         (c.steps == 1 ? " step" : " steps") +
          " of " + grouped(per_step) + (per_step == 1 ? " micro-batch" : " micro-batches") +
          (world > 1 ? " (" + grouped(c.micro_batches) + " per rank x " + std::to_string(world) + " ranks)"
                     : std::string()) +
@@ -499,7 +502,7 @@ EvalMetrics evaluate(Trainer& trainer, EvalSet const& eval, std::int64_t step, T
     std::int64_t batch_tokens = 0;
     if (c.batching == Batching::kPacked) {
       packing::PackedBatch const b = packing::packed_batch(eval.data.examples, plan, options);
-      batch_tokens = b.num_tokens();
+      batch_tokens = b.num_tokens() - b.filler_tokens();
       r = trainer.evaluate(model::make_model_batch(b, device));
     } else {
       packing::PaddedBatch const b = packing::padded_batch(eval.data.examples, plan, options);
@@ -917,7 +920,7 @@ RunResult run_training(TrainConfig const& given, RunOptions const& options) {
       if (i / config.micro_batches != rank) continue;  // another rank's micro-batch
       if (config.batching == Batching::kPacked) {
         packing::PackedBatch const b = packing::packed_batch(data.examples, plan, popts);
-        m.tokens += b.num_tokens();
+        m.tokens += b.num_tokens() - b.filler_tokens();  // a filler's tokens are computed positions, not tokens
         m.slots += b.num_tokens();
         m.examples += b.num_examples();
         batches.push_back(model::make_model_batch(b, device));

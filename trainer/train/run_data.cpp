@@ -110,6 +110,7 @@ packing::PackerOptions packer_options(TrainConfig const& c) {
   o.lookahead = c.lookahead;
   o.seed = c.seed;
   o.oversize = c.oversize;
+  o.complete_packs = c.complete_packs;  // the filler's tokens are id 0, which every vocabulary has
   return o;
 }
 
