@@ -349,14 +349,20 @@ TEST(Trainer, EachUpdateUsesTheSchedulesRateAndTheStepsAreCountedFromZero) {
 // ------------------------------------------------------------------------------------------------------------------
 // run_training in the process
 
-TEST(RunTraining, LogsOneLinePerStepThenTheSummary) {
+// A dozen short examples, budget 64, two micro-batches per step: well under a second a step.
+TrainConfig small_run(std::int64_t steps) {
   TrainConfig c = valid_config();
   c.data = "synthetic:n=12,median=12,sigma=0.5,max=40,seed=3";
   c.token_budget = 64;
   c.micro_batches = 2;
-  c.steps = 3;
+  c.steps = steps;
   c.lr = 1e-3;
   c.threads = 1;
+  return c;
+}
+
+TEST(RunTraining, LogsOneLinePerStepThenTheSummary) {
+  TrainConfig const c = small_run(3);
   std::ostringstream log;
   train::RunOptions o;
   o.log = &log;
@@ -377,13 +383,7 @@ TEST(RunTraining, LogsOneLinePerStepThenTheSummary) {
 // --complete-packs: every micro-batch computes exactly the budget's positions; the step's tokens, targets and loss are
 // the examples' alone (the filler shows as padding), and the setting is part of the run's provenance.
 TEST(RunTraining, CompletedPacksTrainTheSameStepsAndCountTheFillerAsPadding) {
-  TrainConfig c = valid_config();
-  c.data = "synthetic:n=12,median=12,sigma=0.5,max=40,seed=3";
-  c.token_budget = 64;
-  c.micro_batches = 2;
-  c.steps = 2;
-  c.lr = 1e-3;
-  c.threads = 1;
+  TrainConfig c = small_run(2);
   c.dtype = train::DType::kFloat64;
   train::RunResult const plain = train::run_training(c, {});
   c.complete_packs = true;
