@@ -103,13 +103,11 @@ void complete_to_budget(PackedBatch& batch, std::int64_t budget, std::int32_t fi
   }
   if (T == budget) return;
   auto const n = static_cast<std::int32_t>(budget - T);
-  auto const example = static_cast<std::int32_t>(batch.example_ids.size());
-  for (std::int32_t p = 0; p < n; ++p) {
-    batch.tokens.push_back(filler_token);
-    batch.labels.push_back(kIgnoreIndex);
-    batch.position_ids.push_back(p);
-    batch.seq_idx.push_back(example);
-  }
+  auto const size = static_cast<std::size_t>(budget);
+  batch.tokens.resize(size, filler_token);
+  batch.labels.resize(size, kIgnoreIndex);
+  batch.seq_idx.resize(size, static_cast<std::int32_t>(batch.example_ids.size()));
+  for (std::int32_t p = 0; p < n; ++p) batch.position_ids.push_back(p);
   batch.cu_seqlens.push_back(static_cast<std::int32_t>(budget));
   batch.max_seqlen = std::max(batch.max_seqlen, n);
   batch.example_ids.push_back(kFillerExampleId);

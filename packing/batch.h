@@ -33,6 +33,7 @@ struct PackedBatch {
   std::int64_t num_tokens() const { return static_cast<std::int64_t>(tokens.size()); }  // T, a filler's included
   std::int64_t num_examples() const;   // the dataset's examples: every entry but a filler
   std::int64_t filler_tokens() const;  // the filler's tokens, 0 without one
+  std::int64_t num_example_tokens() const { return num_tokens() - filler_tokens(); }  // the dataset examples' tokens
   std::int64_t num_targets() const;    // labels != -100
   // Checks every docs/contracts.md, batches invariant; throws std::invalid_argument "PackedBatch invariant '<name>'
   // violated: ...".

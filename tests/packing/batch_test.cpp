@@ -206,6 +206,7 @@ TEST(PackedBatch, CompletedToTheBudgetByAnIsolatedFillerWithoutTargets) {
   EXPECT_NO_THROW(b.validate());
   EXPECT_EQ(b.num_tokens(), T + 4);
   EXPECT_EQ(b.filler_tokens(), 4);
+  EXPECT_EQ(b.num_example_tokens(), T);
   EXPECT_EQ(b.num_examples(), pack.num_examples());
   EXPECT_EQ(b.num_targets(), pack.num_targets());
   auto const n = static_cast<std::size_t>(T);

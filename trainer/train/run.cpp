@@ -502,7 +502,7 @@ EvalMetrics evaluate(Trainer& trainer, EvalSet const& eval, std::int64_t step, T
     std::int64_t batch_tokens = 0;
     if (c.batching == Batching::kPacked) {
       packing::PackedBatch const b = packing::packed_batch(eval.data.examples, plan, options);
-      batch_tokens = b.num_tokens() - b.filler_tokens();
+      batch_tokens = b.num_example_tokens();
       r = trainer.evaluate(model::make_model_batch(b, device));
     } else {
       packing::PaddedBatch const b = packing::padded_batch(eval.data.examples, plan, options);
@@ -920,7 +920,7 @@ RunResult run_training(TrainConfig const& given, RunOptions const& options) {
       if (i / config.micro_batches != rank) continue;  // another rank's micro-batch
       if (config.batching == Batching::kPacked) {
         packing::PackedBatch const b = packing::packed_batch(data.examples, plan, popts);
-        m.tokens += b.num_tokens() - b.filler_tokens();  // a filler's tokens are computed positions, not tokens
+        m.tokens += b.num_example_tokens();  // a filler's tokens are computed positions, not tokens
         m.slots += b.num_tokens();
         m.examples += b.num_examples();
         batches.push_back(model::make_model_batch(b, device));
