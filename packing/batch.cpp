@@ -101,6 +101,10 @@ void complete_to_budget(PackedBatch& batch, std::int64_t budget, std::int32_t fi
     throw std::invalid_argument("complete_to_budget: the filler token must be an id >= 0; got " +
                                 std::to_string(filler_token));
   }
+  if (budget > std::numeric_limits<std::int32_t>::max()) {
+    throw std::invalid_argument("complete_to_budget: a budget of " + std::to_string(budget) +
+                                " tokens exceeds cu_seqlens' int32 range (at most 2147483647)");
+  }
   if (T == budget) return;
   auto const n = static_cast<std::int32_t>(budget - T);
   auto const size = static_cast<std::size_t>(budget);

@@ -64,7 +64,7 @@ struct PaddedBatch {
 // -100 (no target, so neither the loss nor its gradient changes), example id kFillerExampleId. Nothing changes when the
 // batch holds `budget` tokens already. A batch of fixed shape lets a step be captured once and replayed (CUDA graphs)
 // and keeps every kernel's launch shape the same from step to step. Throws std::invalid_argument when the batch holds
-// more than `budget` tokens, already ends in a filler, or filler_token < 0.
+// more than `budget` tokens, already ends in a filler, filler_token < 0, or budget exceeds cu_seqlens' int32 range.
 void complete_to_budget(PackedBatch& batch, std::int64_t budget, std::int32_t filler_token);
 
 // The HF shift of one example: out[p] = labels[p+1] for p+1 < length, -100 at p = length-1. `max_length` cuts the

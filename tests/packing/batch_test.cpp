@@ -236,6 +236,8 @@ TEST(PackedBatch, CompletedToTheBudgetByAnIsolatedFillerWithoutTargets) {
                                        std::to_string(T - 1));
   FUSEPACK_EXPECT_INVALID_ARGUMENT(packing::complete_to_budget(b, T + 8, 7), "ends in a filler already");
   FUSEPACK_EXPECT_INVALID_ARGUMENT(packing::complete_to_budget(over, T + 1, -1), "must be an id >= 0; got -1");
+  FUSEPACK_EXPECT_INVALID_ARGUMENT(packing::complete_to_budget(over, std::int64_t(1) << 31, 7),
+                                   "a budget of 2147483648 tokens exceeds cu_seqlens' int32 range");
 }
 
 TEST(PaddedBatch, ValidateNamesEachViolatedInvariant) {
