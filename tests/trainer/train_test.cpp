@@ -684,6 +684,82 @@ TEST(StepProfiler, HostSelfTimeLeavesNestedRangesToThemselves) {
   EXPECT_EQ(train::host_self_time(events, 2).size(), 2u);
 }
 
+// gpu_idle on a hand-built trace (times in ns, window [0, 1000)): the GPU is busy where any kernel, copy or set runs
+// (overlaps merged); each idle stretch between two is put down to where the host was when it began, on the thread of
+// the op that launched the activity ending it, or to "(launched in time)" when that op had returned by then.
+// Computed by hand: before the first activity 100, after the last 150, between 70 + 80 + 5 + 210 + 40.
+// Planted and caught: the memset counted as idle (between 455); the host's place read at the stretch's end ("layer 0 >
+// aten::mm" for the 70); every stretch put down to the host (no "(launched in time)").
+TEST(StepProfiler, GpuIdleSplitsTheWindowAndFindsWhereTheHostWas) {
+  using train::TraceEvent;
+  auto activity = [](std::string name, std::uint64_t start, std::uint64_t end, std::uint64_t correlation) {
+    TraceEvent e;
+    e.name = std::move(name);
+    e.kernel = true;
+    e.start_ns = start;
+    e.end_ns = end;
+    e.correlation = correlation;
+    return e;
+  };
+  std::vector<TraceEvent> const events = {
+      trace_range(FUSEPACK_RANGE_PREFIX "layer 0", 1, 0, 400),
+      trace_range("aten::mm", 1, 10, 20, -1, 1),
+      trace_range("aten::zero_", 1, 30, 40, -1, 5),
+      trace_range("aten::mm", 1, 300, 310, -1, 3),  // launched after the GPU ran dry at 250
+      trace_range("autograd::engine::evaluate_function: MmBackward0", 2, 410, 480),
+      trace_range("aten::mm", 2, 415, 470, -1, 2),
+      trace_range("aten::add", 1, 490, 495, -1, 6),
+      trace_range(FUSEPACK_RANGE_PREFIX "optimizer", 1, 500, 900),
+      trace_range("aten::item", 1, 505, 700),
+      trace_range("cudaStreamSynchronize", 1, 506, 690),
+      trace_range("aten::_foreach_add_", 1, 700, 720, -1, 4),
+      activity("k1", 100, 200, 1),
+      activity("k1b", 110, 150, 1),          // overlaps k1
+      activity("Memset (Device)", 200, 250, 5),  // busy, not idle
+      activity("k3", 320, 400, 3),
+      activity("k2", 480, 500, 2),
+      activity("k6", 505, 510, 6),
+      activity("k4", 720, 760, 4),
+      activity("k5", 800, 850, 99),  // its launching op is not in the trace
+  };
+  train::GpuIdle const idle = train::gpu_idle(events, 0, 1000, 10);
+  EXPECT_DOUBLE_EQ(idle.window_seconds, 1000e-9);
+  EXPECT_DOUBLE_EQ(idle.before_first_seconds, 100e-9);
+  EXPECT_DOUBLE_EQ(idle.before_first_host_seconds, 0);  // the layer's range began with the window
+  EXPECT_DOUBLE_EQ(idle.after_last_seconds, 150e-9);
+  EXPECT_DOUBLE_EQ(idle.between_seconds, (70 + 80 + 5 + 210 + 40) * 1e-9);
+  EXPECT_DOUBLE_EQ(idle.idle_seconds, (100 + 150 + 70 + 80 + 5 + 210 + 40) * 1e-9);
+  EXPECT_EQ(idle.stretches, 5);
+  std::vector<std::pair<std::string, double>> const expected = {
+      {FUSEPACK_RANGE_PREFIX "optimizer > cudaStreamSynchronize", 210},
+      {"(in no range)", 80},  // thread 2 had not entered the backward node yet
+      {FUSEPACK_RANGE_PREFIX "layer 0", 70},
+      {"(launching op not recorded)", 40},
+      {"(launched in time)", 5},
+  };
+  ASSERT_EQ(idle.by_host.size(), expected.size());
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_EQ(idle.by_host[i].name, expected[i].first) << i;
+    EXPECT_NEAR(idle.by_host[i].seconds, expected[i].second * 1e-9, 1e-18) << i;
+    EXPECT_EQ(idle.by_host[i].count, 1) << i;
+  }
+  EXPECT_EQ(train::gpu_idle(events, 0, 1000, 2).by_host.size(), 2u);
+
+  // Activities are clipped to the window; a window without any is idle before the first.
+  train::GpuIdle const clipped = train::gpu_idle({activity("k", 0, 60, 0)}, 50, 100, 4);
+  EXPECT_DOUBLE_EQ(clipped.before_first_seconds, 0);
+  EXPECT_DOUBLE_EQ(clipped.after_last_seconds, 40e-9);
+  EXPECT_EQ(clipped.stretches, 0);
+  // Before the first activity, the part before any host range began (here: the first range starts at 30).
+  train::GpuIdle const late_host =
+      train::gpu_idle({trace_range("aten::add", 1, 30, 35, -1, 1), activity("k", 40, 60, 1)}, 0, 100, 4);
+  EXPECT_DOUBLE_EQ(late_host.before_first_seconds, 40e-9);
+  EXPECT_DOUBLE_EQ(late_host.before_first_host_seconds, 30e-9);
+  train::GpuIdle const empty = train::gpu_idle({activity("k", 0, 60, 0)}, 100, 200, 4);
+  EXPECT_DOUBLE_EQ(empty.before_first_seconds, 100e-9);
+  EXPECT_DOUBLE_EQ(empty.idle_seconds, 100e-9);
+}
+
 // A real profile on the CPU lists where the step's host time went.
 TEST(StepProfiler, ReportsTheHostTimeOfTheStepByName) {
   at::Tensor const x = at::randn({64, 256}, at::kDouble), w = at::zeros({256}, at::kDouble);

@@ -6,6 +6,7 @@
 
 #include <ATen/Context.h>
 #include <ATen/detail/CUDAHooksInterface.h>
+#include <c10/util/ApproximateClock.h>
 #include <kineto/ActivityType.h>
 #include <torch/csrc/autograd/profiler_kineto.h>
 
@@ -261,6 +262,7 @@ StepProfiler::StepProfiler(std::int64_t step, std::string backend, bool cuda, in
   prof::enableProfiler(config, activities(cuda_));
   running_ = true;
   start_ns_ = now_ns();
+  start_epoch_ns_ = static_cast<std::uint64_t>(c10::getTime());
 }
 
 StepProfiler::~StepProfiler() {
@@ -276,6 +278,7 @@ StepProfile StepProfiler::stop() {
   if (!running_) throw std::runtime_error("StepProfiler::stop: the profiler is not running");
   sync_cuda(cuda_, cuda_device_);  // the step's kernels have finished: their records are complete
   std::uint64_t const end_ns = now_ns();
+  auto const end_epoch_ns = static_cast<std::uint64_t>(c10::getTime());
   std::unique_ptr<prof::ProfilerResult> const result = prof::disableProfiler();
   running_ = false;
 
@@ -291,7 +294,7 @@ StepProfile StepProfiler::stop() {
   std::map<std::string, std::int64_t> cpu, gpu, ours, implementations;
   std::map<std::string, NamedTime> gpu_time;
   std::vector<std::pair<std::int64_t, std::int64_t>> comm, compute;  // kernel intervals [start, end) in ns
-  std::vector<TraceEvent> trace, api;
+  std::vector<TraceEvent> trace, api, memory;
   std::string const scope_prefix = FUSEPACK_OP_SCOPE_PREFIX, implementation_suffix = " [" + backend_ + "]";
   for (prof::KinetoEvent const& e : result->events()) {
     std::string const name = e.name();
@@ -333,6 +336,13 @@ StepProfile StepProfiler::stop() {
       if (type == libkineto::ActivityType::GPU_USER_ANNOTATION) continue;
       if (is_memory_activity(name)) {
         ++p.gpu_memory_ops;
+        TraceEvent t;  // GPU activity for gpu_idle only (not kernel time)
+        t.name = name;
+        t.kernel = true;
+        t.start_ns = e.startNs();
+        t.end_ns = e.startNs() + e.durationNs();
+        t.correlation = e.linkedCorrelationId();
+        memory.push_back(std::move(t));
         continue;
       }
       ++p.gpu_kernels;
@@ -365,6 +375,10 @@ StepProfile StepProfiler::stop() {
   p.time = attribute_time(trace);
   trace.insert(trace.end(), std::make_move_iterator(api.begin()), std::make_move_iterator(api.end()));
   p.host_self = host_self_time(trace, 12);
+  if (cuda_) {
+    trace.insert(trace.end(), std::make_move_iterator(memory.begin()), std::make_move_iterator(memory.end()));
+    p.gpu_idle = gpu_idle(trace, start_epoch_ns_, end_epoch_ns, 8);
+  }
   return p;
 }
 
@@ -402,6 +416,107 @@ std::vector<NamedTime> host_self_time(std::vector<TraceEvent> const& events, std
     for (auto it = open.rbegin(); it != open.rend(); ++it) close(*it);
   }
   return most_time(std::move(by_name), most);
+}
+
+GpuIdle gpu_idle(std::vector<TraceEvent> const& events, std::uint64_t window_start_ns, std::uint64_t window_end_ns,
+                 std::size_t most) {
+  GpuIdle out;
+  if (window_end_ns <= window_start_ns) return out;
+  out.window_seconds = static_cast<double>(window_end_ns - window_start_ns) * 1e-9;
+  // The activities clipped to the window, merged into busy stretches; each stretch remembers the activity that began it.
+  std::vector<std::size_t> gpu;
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    TraceEvent const& e = events[i];
+    if (e.kernel && e.end_ns > window_start_ns && e.start_ns < window_end_ns && e.end_ns > e.start_ns) gpu.push_back(i);
+  }
+  std::sort(gpu.begin(), gpu.end(), [&](std::size_t a, std::size_t b) {
+    return std::make_pair(events[a].start_ns, a) < std::make_pair(events[b].start_ns, b);
+  });
+  struct Busy {
+    std::uint64_t begin, end;
+    std::size_t first;  // the activity that began it
+  };
+  std::vector<Busy> busy;
+  for (std::size_t i : gpu) {
+    std::uint64_t const begin = std::max(events[i].start_ns, window_start_ns);
+    std::uint64_t const end = std::min(events[i].end_ns, window_end_ns);
+    if (!busy.empty() && begin <= busy.back().end) {
+      busy.back().end = std::max(busy.back().end, end);
+    } else {
+      busy.push_back({begin, end, i});
+    }
+  }
+  auto seconds = [](std::uint64_t a, std::uint64_t b) { return static_cast<double>(b - a) * 1e-9; };
+  if (busy.empty()) {
+    out.before_first_seconds = out.idle_seconds = out.window_seconds;
+    return out;
+  }
+  out.before_first_seconds = seconds(window_start_ns, busy.front().begin);
+  std::uint64_t first_range = busy.front().begin;
+  for (TraceEvent const& e : events) {
+    if (!e.kernel) first_range = std::min(first_range, std::max(e.start_ns, window_start_ns));
+  }
+  out.before_first_host_seconds = seconds(window_start_ns, first_range);
+  out.after_last_seconds = seconds(busy.back().end, window_end_ns);
+
+  // CPU ranges by thread in start order (parents first), and the launching op of each correlation id.
+  std::map<std::uint64_t, std::vector<std::size_t>> ranges;
+  std::map<std::uint64_t, std::size_t> launcher;
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    if (events[i].kernel) continue;
+    ranges[events[i].thread].push_back(i);
+    if (events[i].correlation != 0) launcher.emplace(events[i].correlation, i);
+  }
+  for (auto& [thread, list] : ranges) {
+    std::sort(list.begin(), list.end(), [&](std::size_t a, std::size_t b) {
+      TraceEvent const &x = events[a], &y = events[b];
+      return std::make_tuple(x.start_ns, y.end_ns, a) < std::make_tuple(y.start_ns, x.end_ns, b);
+    });
+  }
+  // The ranges open on `thread` at time t, outermost first (ranges on a thread nest), by a sweep per thread: the
+  // stretches come in time order, so each thread's ranges are walked once.
+  struct Sweep {
+    std::size_t next = 0;            // the thread's first range not yet opened
+    std::vector<std::size_t> stack;  // open ranges, outermost first
+  };
+  std::map<std::uint64_t, Sweep> sweeps;
+  auto open_at = [&](std::uint64_t thread, std::uint64_t t) -> std::vector<std::size_t> const& {
+    Sweep& sweep = sweeps[thread];
+    std::vector<std::size_t> const& list = ranges[thread];
+    for (; sweep.next < list.size() && events[list[sweep.next]].start_ns <= t; ++sweep.next) {
+      std::size_t const i = list[sweep.next];
+      while (!sweep.stack.empty() && events[sweep.stack.back()].end_ns <= events[i].start_ns) sweep.stack.pop_back();
+      sweep.stack.push_back(i);
+    }
+    while (!sweep.stack.empty() && events[sweep.stack.back()].end_ns <= t) sweep.stack.pop_back();
+    return sweep.stack;
+  };
+  std::map<std::string, NamedTime> by_host;
+  for (std::size_t k = 1; k < busy.size(); ++k) {
+    std::uint64_t const begin = busy[k - 1].end, end = busy[k].begin;
+    double const s = seconds(begin, end);
+    out.between_seconds += s;
+    ++out.stretches;
+    auto const op = launcher.find(events[busy[k].first].correlation);
+    std::string where;
+    if (op == launcher.end()) {
+      where = "(launching op not recorded)";
+    } else if (events[op->second].end_ns <= begin) {
+      where = "(launched in time)";
+    } else {
+      std::vector<std::size_t> const& stack = open_at(events[op->second].thread, begin);
+      where = stack.empty()                     ? std::string("(in no range)")
+              : stack.size() == 1 ? events[stack.front()].name
+                                  : events[stack.front()].name + " > " + events[stack.back()].name;
+    }
+    NamedTime& h = by_host[where];
+    h.name = where;
+    h.seconds += s;
+    ++h.count;
+  }
+  out.idle_seconds = out.before_first_seconds + out.between_seconds + out.after_last_seconds;
+  out.by_host = most_time(std::move(by_host), most);
+  return out;
 }
 
 std::string time_attribution_text(TimeAttribution const& t, double gpu_kernel_seconds) {
@@ -463,6 +578,26 @@ std::string profile_text(StepProfile const& p) {
                 p.wall_seconds * 1e3, p.gpu_kernel_seconds * 1e3,
                 p.wall_seconds > 0 ? 100.0 * p.gpu_kernel_seconds / p.wall_seconds : 0.0);
   out += buf;
+  GpuIdle const& idle = p.gpu_idle;
+  if (idle.window_seconds > 0) {
+    std::snprintf(buf, sizeof buf,
+                  "  GPU idle:       %.3f ms of %.3f ms (%.1f%%; no kernel, copy or set running): %.3f before the first "
+                  "GPU activity (%.3f of it before the step's first host range), %.3f after the last, %.3f in %s "
+                  "stretches between\n",
+                  idle.idle_seconds * 1e3, idle.window_seconds * 1e3, 100.0 * idle.idle_seconds / idle.window_seconds,
+                  idle.before_first_seconds * 1e3, idle.before_first_host_seconds * 1e3, idle.after_last_seconds * 1e3,
+                  idle.between_seconds * 1e3,
+                  grouped(idle.stretches).c_str());
+    out += buf;
+    if (!idle.by_host.empty()) {
+      out += "    the stretches between by where the host was when they began (ms, stretches):\n";
+      for (NamedTime const& t : idle.by_host) {
+        std::snprintf(buf, sizeof buf, "    %9.3f  %6s  %s\n", t.seconds * 1e3, grouped(t.count).c_str(),
+                      shortened(t.name, 96).c_str());
+        out += buf;
+      }
+    }
+  }
   if (p.comm_kernels > 0) {
     std::snprintf(buf, sizeof buf,
                   "  communication:  %s NCCL kernels, %.3f ms, %.1f%% of it overlapped with compute kernels (%.3f ms "

@@ -68,6 +68,27 @@ struct NamedTime {
 // are scopes); a range's self time is its duration less its direct children's.
 std::vector<NamedTime> host_self_time(std::vector<TraceEvent> const& events, std::size_t most);
 
+// Where the GPU had nothing to run in a window of the step: the window less the union of its GPU activities (events
+// with `kernel` set: kernels, and memory copies and sets), split into before the first activity, after the last, and
+// the stretches between two. Each stretch between is put down to where the host was when it began: on the thread of
+// the CPU op that launched the activity ending it, the ranges open at that moment, named "outermost > innermost" (a
+// device-to-host read under the optimizer: "fusepack:range optimizer > cudaStreamSynchronize"; "(in no range)" for
+// code outside every range). A stretch whose ending activity was launched before the stretch began (its launching op
+// had returned by then) is not the host's: it is "(launched in time)", the gaps between kernels queued back to back.
+struct GpuIdle {
+  double window_seconds = 0;
+  double idle_seconds = 0;  // before + after + between
+  double before_first_seconds = 0, after_last_seconds = 0;  // the whole window when it holds no activity
+  // The part of before_first_seconds before any CPU range began (on any thread): no op of the step was running yet
+  // (the profiler's own start-up, or host code outside every range).
+  double before_first_host_seconds = 0;
+  double between_seconds = 0;
+  std::int64_t stretches = 0;      // idle stretches between two activities
+  std::vector<NamedTime> by_host;  // up to `most`, most time first; count = stretches
+};
+GpuIdle gpu_idle(std::vector<TraceEvent> const& events, std::uint64_t window_start_ns, std::uint64_t window_end_ns,
+                 std::size_t most);
+
 struct StepProfile {
   std::int64_t step = 0;
   std::string backend;              // "composite" or "fused": every fusepack op ran it (the ops refuse, never fall back)
@@ -78,6 +99,7 @@ struct StepProfile {
   std::int64_t gpu_memory_ops = 0;  // GPU memcpy/memset activities
   double wall_seconds = 0;          // the step from its first micro-batch to the end of the update, GPU waited for
   double gpu_kernel_seconds = 0;    // Σ of the kernels' durations
+  GpuIdle gpu_idle;                 // over the step's wall time (CUDA only); by_host up to 8
   // Communication kernels (NCCL's) of a sharded run on GPUs, and how much of their time other kernels ran at the same
   // time: the overlap of the all-gathers and reduce-scatters with compute (the rest is exposed communication).
   std::int64_t comm_kernels = 0;
@@ -117,6 +139,7 @@ class StepProfiler {
   int cuda_device_;
   bool running_ = false;
   std::uint64_t start_ns_ = 0;
+  std::uint64_t start_epoch_ns_ = 0;  // the profiler's clock (its events' time base), for gpu_idle's window
   std::int64_t start_bytes_ = -1, peak_bytes_before_ = -1;
 };
 
