@@ -8,8 +8,10 @@
 #include "trainer/model/model.h"
 #include "trainer/train/trainer.h"
 
+#include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <stdexcept>
 #include <vector>
 
 namespace fusepack::test {
@@ -43,6 +45,56 @@ TEST(TrainerStep, TheSameBatchOnTheSameWeightsGivesTheSameGradientsAfterAnEarlie
                                                << second.grad_norm / first.grad_norm << ")";
   // Step 2 runs on the weights step 1 changed: a different loss, so the equality above is not a constant.
   EXPECT_NE(trainer.step({b}).loss, first.loss);
+}
+
+// The run loop builds the next step's batches between begin_step and finish_step. The halves are one step: the same
+// loss, norm and weights as step() on an identical model, with host work and another batch built in between; a
+// second begin before the finish, or a finish without a begin, is refused, and a refused call leaves the step as it
+// was. (With the norm read from gradients taken before the backward, or the update applied twice, the results
+// differ.)
+TEST(TrainerStep, BeginAndFinishAreOneStepWithTheNextBatchBuiltBetween) {
+  model::ModelOptions o;
+  o.dtype = at::kDouble;
+  o.seed = 7;
+  model::Qwen35ForCausalLM whole(model::preset("qwen35-tiny"), o), halves(model::preset("qwen35-tiny"), o);
+  packing::SyntheticSpec spec;
+  spec.num_examples = 4;
+  spec.vocab_size = 256;
+  spec.median_length = 10;
+  spec.max_length = 30;
+  spec.seed = 7;
+  model::ModelBatch const b =
+      model::make_model_batch(packing::make_packed_batch(packing::make_synthetic(spec)), at::kCPU);
+  train::TrainerOptions t;
+  t.schedule.peak_lr = 1e-2;
+  t.schedule.total_steps = 2;
+  train::Trainer a(whole, t), c(halves, t);
+  for (int step = 0; step < 2; ++step) {
+    train::StepResult const ra = a.step({b});
+    EXPECT_THROW(c.finish_step(), std::logic_error);
+    EXPECT_FALSE(c.step_begun());
+    c.begin_step({b});
+    EXPECT_TRUE(c.step_begun());
+    EXPECT_THROW(c.begin_step({b}), std::logic_error);
+    spec.seed += 1;  // the next step's batch, built while this one is pending
+    model::ModelBatch const next =
+        model::make_model_batch(packing::make_packed_batch(packing::make_synthetic(spec)), at::kCPU);
+    EXPECT_GT(next.num_targets, 0);
+    train::StepResult const rc = c.finish_step();
+    EXPECT_FALSE(c.step_begun());
+    EXPECT_EQ(rc.step, ra.step);
+    EXPECT_EQ(rc.loss, ra.loss) << "step " << step;
+    EXPECT_EQ(rc.grad_norm, ra.grad_norm) << "step " << step;
+    EXPECT_EQ(rc.targets, ra.targets);
+    EXPECT_EQ(rc.lr, ra.lr);
+  }
+  EXPECT_EQ(a.steps_taken(), 2);
+  EXPECT_EQ(c.steps_taken(), 2);
+  ASSERT_EQ(whole.named_parameters().size(), halves.named_parameters().size());
+  for (std::size_t i = 0; i < whole.named_parameters().size(); ++i) {
+    EXPECT_TRUE(at::equal(whole.named_parameters()[i].second, halves.named_parameters()[i].second))
+        << whole.named_parameters()[i].first;
+  }
 }
 
 }  // namespace

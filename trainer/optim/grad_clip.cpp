@@ -33,8 +33,13 @@ NonFiniteGradNorm::NonFiniteGradNorm(double norm, std::string parameter)
       parameter_(std::move(parameter)) {}
 
 double grad_norm(std::vector<NamedParameter> const& params, AllReduceSum const& all_reduce) {
+  return queue_grad_norm(params, all_reduce).read();
+}
+
+QueuedGradNorm queue_grad_norm(std::vector<NamedParameter> const& params, AllReduceSum const& all_reduce) {
   check_parameters("grad_norm", params);
-  if (params.empty() && !all_reduce) return 0;
+  QueuedGradNorm q;
+  if (params.empty() && !all_reduce) return q;
   c10::NoGradGuard no_grad;
   std::vector<at::Tensor> grads;
   grads.reserve(params.size());
@@ -57,31 +62,35 @@ double grad_norm(std::vector<NamedParameter> const& params, AllReduceSum const& 
     at::Device const d = grads[i].device();
     groups[{static_cast<int>(d.type()), static_cast<int>(d.index()), grads[i].scalar_type()}].push_back(i);
   }
-  std::vector<std::vector<std::size_t> const*> group_members;
-  std::vector<at::Tensor> group_norms;  // [group]: fp64 [members] on `device`
   for (auto const& [key, members] : groups) {
     std::vector<at::Tensor> list;
     for (std::size_t i : members) list.push_back(grads[i]);
-    group_members.push_back(&members);
-    group_norms.push_back(at::stack(at::_foreach_norm(list, 2)).to(device, at::kDouble));
+    q.members_.push_back(members);
+    q.group_norms_.push_back(at::stack(at::_foreach_norm(list, 2)).to(device, at::kDouble));
   }
   // One fp64 0-dim tensor: this rank's sum of squares, then (all-reduced) everyone's.
-  at::Tensor sum_sq = group_norms.empty()
-                          ? at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device))
-                          : (group_norms.size() == 1 ? group_norms.front() : at::cat(group_norms)).square().sum();
-  if (all_reduce) all_reduce(sum_sq);
-  double const norm = std::sqrt(sum_sq.item<double>());
+  q.sum_sq_ = q.group_norms_.empty()
+                  ? at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device))
+                  : (q.group_norms_.size() == 1 ? q.group_norms_.front() : at::cat(q.group_norms_)).square().sum();
+  if (all_reduce) all_reduce(q.sum_sq_);
+  q.params_ = params;
+  return q;
+}
+
+double QueuedGradNorm::read() const {
+  if (!sum_sq_.defined()) return 0;
+  double const norm = std::sqrt(sum_sq_.item<double>());
   if (!std::isfinite(norm)) {
     // The first non-finite norm in registration order (groups are in dtype order): one copy to the host per group.
-    std::size_t first = params.size();
-    for (std::size_t k = 0; k < group_norms.size(); ++k) {
-      at::Tensor const host = group_norms[k].cpu();
+    std::size_t first = params_.size();
+    for (std::size_t k = 0; k < group_norms_.size(); ++k) {
+      at::Tensor const host = group_norms_[k].cpu();
       double const* n = host.data_ptr<double>();
-      for (std::size_t j = 0; j < group_members[k]->size(); ++j) {
-        if (!std::isfinite(n[j])) first = std::min(first, (*group_members[k])[j]);
+      for (std::size_t j = 0; j < members_[k].size(); ++j) {
+        if (!std::isfinite(n[j])) first = std::min(first, members_[k][j]);
       }
     }
-    throw NonFiniteGradNorm(norm, first < params.size() ? params[first].name : std::string());
+    throw NonFiniteGradNorm(norm, first < params_.size() ? params_[first].name : std::string());
   }
   return norm;
 }

@@ -6,6 +6,9 @@
 
 #include "trainer/optim/parameters.h"
 
+#include <ATen/core/Tensor.h>
+
+#include <cstddef>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -32,6 +35,22 @@ inline constexpr double kClipEps = 1e-6;  // torch's: the factor is max_norm / (
 // naming it otherwise). `all_reduce` sums this rank's Σ||grad||² (an fp64 0-dim tensor on the first gradient's
 // device) with the other ranks'; empty for one rank. Throws NonFiniteGradNorm.
 double grad_norm(std::vector<NamedParameter> const& params, AllReduceSum const& all_reduce = {});
+
+// grad_norm in two halves, for a caller with more to queue before it waits: queue_grad_norm checks the gradients and
+// queues the norm's kernels and its all-reduce without reading anything back; read() waits for them and returns the
+// norm, or throws NonFiniteGradNorm. The same operations and result as grad_norm.
+class QueuedGradNorm {
+ public:
+  double read() const;
+
+ private:
+  friend QueuedGradNorm queue_grad_norm(std::vector<NamedParameter> const&, AllReduceSum const&);
+  std::vector<NamedParameter> params_;
+  at::Tensor sum_sq_;                                // fp64 0-dim; undefined: no parameter, norm 0
+  std::vector<at::Tensor> group_norms_;              // per dtype group: the members' norms (fp64)
+  std::vector<std::vector<std::size_t>> members_;    // per group: indices into params_
+};
+QueuedGradNorm queue_grad_norm(std::vector<NamedParameter> const& params, AllReduceSum const& all_reduce = {});
 
 // The factor clipping scales every gradient by: max_norm / (norm + 1e-6) when that is < 1, else exactly 1. max_norm
 // > 0, norm finite and >= 0. AdamW::step takes it as its grad_scale, so clipping needs no pass of its own.

@@ -22,7 +22,8 @@ struct StepMetrics {
   std::int64_t slots = 0;          // token positions computed: packed = tokens; padded = Σ rows x longest
   std::int64_t examples = 0;       // examples in the step's micro-batches
   std::int64_t micro_batches = 0;  // micro-batches of the step
-  double seconds = 0;              // wall time of the step, from building its batches to the end of the update
+  double seconds = 0;              // wall time of the step, from queueing its first forward to the end of the update
+                                   // (its batches were built during the step before; it builds the next step's)
 
   double padding_share() const;      // (slots - tokens) / slots: the share of computed positions that are padding
   double tokens_per_second() const;  // real tokens / seconds (0 when seconds is 0)

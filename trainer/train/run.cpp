@@ -876,8 +876,10 @@ RunResult run_training(TrainConfig const& given, RunOptions const& options) {
   save.dir = config.save_dir;
   save.keep = config.keep_checkpoints;
   std::int64_t saved_after = first_step;  // steps taken at the last save (or the resume point)
+  // The stream after the last step's micro-batches: it runs a step ahead once the next step's batches are built.
+  std::pair<std::uint64_t, std::int64_t> stream_after_step{stream.epochs_started(), stream.next_in_epoch()};
   auto save_now = [&](std::int64_t steps_taken) {
-    TrainingProgress const progress{steps_taken, stream.epochs_started(), stream.next_in_epoch(), {}};
+    TrainingProgress const progress{steps_taken, stream_after_step.first, stream_after_step.second, {}};
     std::string const dir = save_training_checkpoint(save, progress, rows, trainer->optimizer(), fingerprint,
                                                      comm.get());
     saved_after = steps_taken;
@@ -902,6 +904,44 @@ RunResult run_training(TrainConfig const& given, RunOptions const& options) {
   std::ostringstream ready;
   ready << "ready in " << std::fixed << std::setprecision(1) << result.setup_seconds << " s";
   log.line(ready.str());
+  // A step's micro-batches: this rank's batches on the device, the step's counts, and where the stream stands after
+  // them (what a checkpoint saved after the step records).
+  struct PreparedStep {
+    std::vector<model::ModelBatch> batches;
+    StepMetrics counts;
+    std::uint64_t epochs_started = 0;
+    std::int64_t next_in_epoch = 0;
+  };
+  auto prepare_step = [&]() {
+    PreparedStep p;
+    StepMetrics& m = p.counts;
+    m.micro_batches = config.micro_batches * world;
+    for (std::int64_t i = 0; i < config.micro_batches * world; ++i) {
+      packing::BatchPlan const& plan = stream.next();
+      if (i / config.micro_batches != rank) continue;  // another rank's micro-batch
+      if (config.batching == Batching::kPacked) {
+        packing::PackedBatch const b = packing::packed_batch(data.examples, plan, popts);
+        m.tokens += b.num_example_tokens();  // a filler's tokens are computed positions, not tokens
+        m.slots += b.num_tokens();
+        m.examples += b.num_examples();
+        p.batches.push_back(model::make_model_batch(b, device));
+      } else {
+        packing::PaddedBatch const b = packing::padded_batch(data.examples, plan, popts);
+        m.tokens += b.num_tokens();
+        m.slots += b.num_slots();
+        m.examples += b.rows;
+        p.batches.push_back(model::make_model_batch(b, device));
+      }
+      if (options.edit_micro_batch) options.edit_micro_batch(p.batches.back());
+    }
+    p.epochs_started = stream.epochs_started();
+    p.next_in_epoch = stream.next_in_epoch();
+    return p;
+  };
+  // A step's batches are built during the step before, once its forwards and backwards are queued and before its
+  // update waits for them, so the host packs and copies while the GPU computes; the first step's before the loop.
+  std::optional<PreparedStep> next;
+  if (first_step < config.steps) next = prepare_step();
   for (std::int64_t s = first_step; s < config.steps; ++s) {
     if (comm) comm->set_step(s);
     std::optional<StepProfiler> profiler;
@@ -912,28 +952,13 @@ RunResult run_training(TrainConfig const& given, RunOptions const& options) {
       result.resident_device_bytes = std::max(result.resident_device_bytes, allocated_bytes(device).current);
     }
     Clock::time_point const step_start = Clock::now();
-    StepMetrics m;
-    m.micro_batches = config.micro_batches * world;
-    std::vector<model::ModelBatch> batches;
-    for (std::int64_t i = 0; i < config.micro_batches * world; ++i) {
-      packing::BatchPlan const& plan = stream.next();
-      if (i / config.micro_batches != rank) continue;  // another rank's micro-batch
-      if (config.batching == Batching::kPacked) {
-        packing::PackedBatch const b = packing::packed_batch(data.examples, plan, popts);
-        m.tokens += b.num_example_tokens();  // a filler's tokens are computed positions, not tokens
-        m.slots += b.num_tokens();
-        m.examples += b.num_examples();
-        batches.push_back(model::make_model_batch(b, device));
-      } else {
-        packing::PaddedBatch const b = packing::padded_batch(data.examples, plan, popts);
-        m.tokens += b.num_tokens();
-        m.slots += b.num_slots();
-        m.examples += b.rows;
-        batches.push_back(model::make_model_batch(b, device));
-      }
-      if (options.edit_micro_batch) options.edit_micro_batch(batches.back());
-    }
-    StepResult const r = trainer->step(batches);
+    PreparedStep const current = std::move(*next);
+    next.reset();
+    StepMetrics m = current.counts;
+    trainer->begin_step(current.batches);
+    if (s + 1 < config.steps) next = prepare_step();
+    StepResult const r = trainer->finish_step();
+    stream_after_step = {current.epochs_started, current.next_in_epoch};
     // A stop request (SIGINT, SIGTERM) ends the run after this step; it travels with the step's counts, so every rank
     // learns of any rank's request in the same all-reduce and all stop after the same step.
     int stop = options.stop_requested ? options.stop_requested() : 0;

@@ -2,7 +2,6 @@
 
 #include "kernels/ops/op_scope.h"
 #include "trainer/optim/grad_clip.h"
-#include "trainer/optim/loss_normalization.h"
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
@@ -59,6 +58,15 @@ void Trainer::check_options() const {
 }
 
 StepResult Trainer::step(std::vector<model::ModelBatch> const& micro_batches) {
+  begin_step(micro_batches);
+  return finish_step();
+}
+
+void Trainer::begin_step(std::vector<model::ModelBatch> const& micro_batches) {
+  if (pending_) {
+    throw std::logic_error("Trainer::begin_step: step " + std::to_string(pending_->result.step) +
+                           " was begun and not finished");
+  }
   if (micro_batches.empty()) throw std::invalid_argument("Trainer::step: a step needs at least one micro-batch");
   if (steps_taken_ >= options_.schedule.total_steps) {
     throw std::out_of_range("Trainer::step: the schedule has " + std::to_string(options_.schedule.total_steps) +
@@ -87,12 +95,26 @@ StepResult Trainer::step(std::vector<model::ModelBatch> const& micro_batches) {
                              ops::backend_name(model_.backend()) + " backend, but " + ops::describe_op_runs(stray) +
                              "; the step is not applied");
   }
-  r.loss = normalizer.step_loss();
-  r.targets = normalizer.global_targets();
-  // Both throw NonFiniteGradNorm before any update.
+  // The norm's kernels queued behind the backward: finish_step's first read waits for both at once.
+  std::optional<optim::QueuedGradNorm> norm;
+  {
+    FUSEPACK_PROFILE_RANGE(range, FUSEPACK_RANGE_PREFIX "optimizer");
+    norm = optim::queue_grad_norm(params_, options_.all_reduce);
+  }
+  pending_.emplace(Pending{r, std::move(normalizer), std::move(*norm)});
+}
+
+StepResult Trainer::finish_step() {
+  if (!pending_) throw std::logic_error("Trainer::finish_step: no step was begun");
+  Pending pending = std::move(*pending_);
+  pending_.reset();
+  StepResult r = pending.result;
+  r.loss = pending.normalizer.step_loss();
+  r.targets = pending.normalizer.global_targets();
   FUSEPACK_PROFILE_RANGE(range, FUSEPACK_RANGE_PREFIX "optimizer");
-  // Clipping's factor goes into the update, which reads the gradients scaled (no pass of its own on CUDA).
-  r.grad_norm = optim::grad_norm(params_, options_.all_reduce);
+  // Throws NonFiniteGradNorm before any update. Clipping's factor goes into the update, which reads the gradients
+  // scaled (no pass of its own on CUDA).
+  r.grad_norm = pending.grad_norm.read();
   adamw_.step(r.lr, options_.clip_norm > 0 ? optim::clip_factor(r.grad_norm, options_.clip_norm) : 1.0);
   ++steps_taken_;
   return r;

@@ -7,11 +7,14 @@
 #include "trainer/model/batch.h"
 #include "trainer/model/model.h"
 #include "trainer/optim/adamw.h"
+#include "trainer/optim/grad_clip.h"
+#include "trainer/optim/loss_normalization.h"
 #include "trainer/optim/parameters.h"
 #include "trainer/optim/schedule.h"
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 namespace fusepack::train {
@@ -54,6 +57,15 @@ class Trainer {
   // (kernels/ops/op_scope.h: each op records where it ran).
   StepResult step(std::vector<model::ModelBatch> const& micro_batches);
 
+  // step() in two halves, for a caller with host work to overlap with the GPU's: begin_step queues the forwards,
+  // backwards and the gradient norm (nothing in it waits for the GPU on one rank), finish_step waits for them (one
+  // wait: the loss, then the norm already computed), and queues the update. begin_step throws what step() throws for its part and
+  // std::logic_error when a begun step was not finished; finish_step throws the rest, and std::logic_error when no
+  // step was begun. A step that threw is over: the next begins afresh, with the parameters as they were.
+  void begin_step(std::vector<model::ModelBatch> const& micro_batches);
+  StepResult finish_step();
+  bool step_begun() const { return pending_.has_value(); }
+
   // One micro-batch's summed loss under the current weights, for evaluation: step()'s forward without gradients
   // (at::NoGradGuard), backward or update, so the training that follows is the same with or without it. On this rank
   // only (the caller sums over ranks). Throws std::runtime_error, as step() does, when an op of the forward ran another
@@ -82,6 +94,12 @@ class Trainer {
   std::vector<optim::NamedParameter> params_;  // shared tensors
   optim::AdamW adamw_;
   std::int64_t steps_taken_ = 0;
+  struct Pending {
+    StepResult result;
+    optim::StepLossNormalizer normalizer;
+    optim::QueuedGradNorm grad_norm;
+  };
+  std::optional<Pending> pending_;  // between begin_step and finish_step
 };
 
 }  // namespace fusepack::train
