@@ -2,7 +2,8 @@
 # End-to-end training throughput, fusepack against the Hugging Face transformers baseline users run today, side by
 # side on this machine's GPU. For each preset of $MODELS (default: bench-200m qwen35-0.8b qwen35-27b-4layers):
 #  (a) fusepack-train: packed, fused, bf16, an 8,192-token budget, log-normal lengths (median 900, sigma 0.8,
-#      16..8192), $STEPS steps (default 20), step $PROFILE_STEP (default 3) profiled, no activation checkpointing;
+#      16..8192), $STEPS steps (default 20), step $PROFILE_STEP (default 3) profiled, no activation checkpointing,
+#      plus $TRAIN_ARGS (for example "--complete-packs" or "--micro-batches 2");
 #  (b) ci/hf_baseline.py with $HF_PYTHON (default python3) on the same model (its config.json from
 #      fusepack-train --print-config) and the same length law: transformers' Qwen3_5ForCausalLM, padded batches of
 #      rows x longest <= 8,192, bf16, sdpa, fused AdamW, no activation checkpointing; SKIP_HF=1 leaves it out.
@@ -23,6 +24,7 @@ profile_step=${PROFILE_STEP:-3}
 warmup=${WARMUP:-2}
 out=${OUT_DIR:-$build_dir/bench-e2e}
 hf_python=${HF_PYTHON:-python3}
+read -r -a train_args <<< "${TRAIN_ARGS:-}"
 skip_hf=${SKIP_HF:-0}
 budget=8192
 data=synthetic:n=4000,median=900,sigma=0.8,min=16,max=8192
@@ -33,7 +35,8 @@ fi
 mkdir -p "$out"
 
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 || true)
-echo "[bench-e2e] ${gpu:-no nvidia-smi}; models: ${models[*]}; $steps steps, step $profile_step profiled; logs in $out"
+echo "[bench-e2e] ${gpu:-no nvidia-smi}; models: ${models[*]}; $steps steps, step $profile_step profiled;" \
+  "fusepack-train extra options: ${TRAIN_ARGS:-none}; logs in $out"
 
 # Runs a command with its output in a log and its exit status in an .rc file beside it; never fails itself, so the
 # other models still run after one fails.
@@ -52,7 +55,7 @@ for m in "${models[@]}"; do
   logged "$out/fusepack-$m.rc" "$out/fusepack-$m.log" \
     "$train" --preset "$m" --device cuda --dtype bf16 --backend fused --batching packed --pairing fill \
     --budget "$budget" --data "$data" --steps "$steps" --profile-step "$profile_step" --no-progress \
-    --metrics "$out/fusepack-$m.metrics.jsonl"
+    --metrics "$out/fusepack-$m.metrics.jsonl" ${train_args[@]+"${train_args[@]}"}
   echo "[bench-e2e] $m: fusepack-train exit $(cat "$out/fusepack-$m.rc"); $(grep -m1 '^throughput:' \
     "$out/fusepack-$m.log" || echo "no throughput line; see $out/fusepack-$m.log")"
 
