@@ -11,25 +11,34 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <stdexcept>
 #include <vector>
 
 namespace fusepack::test {
 namespace {
 
-TEST(TrainerStep, TheSameBatchOnTheSameWeightsGivesTheSameGradientsAfterAnEarlierStep) {
+// qwen35-tiny in fp64, and a packed batch of 4 synthetic examples in its vocabulary, from one seed.
+model::ModelOptions fp64_options(std::uint64_t seed) {
   model::ModelOptions o;
   o.dtype = at::kDouble;
-  o.seed = 5;
-  model::Qwen35ForCausalLM m(model::preset("qwen35-tiny"), o);
+  o.seed = seed;
+  return o;
+}
+
+model::ModelBatch small_batch(std::uint64_t seed) {
   packing::SyntheticSpec spec;
   spec.num_examples = 4;
   spec.vocab_size = 256;
   spec.median_length = 10;
   spec.max_length = 30;
-  spec.seed = 5;
-  model::ModelBatch const b =
-      model::make_model_batch(packing::make_packed_batch(packing::make_synthetic(spec)), at::kCPU);
+  spec.seed = seed;
+  return model::make_model_batch(packing::make_packed_batch(packing::make_synthetic(spec)), at::kCPU);
+}
+
+TEST(TrainerStep, TheSameBatchOnTheSameWeightsGivesTheSameGradientsAfterAnEarlierStep) {
+  model::Qwen35ForCausalLM m(model::preset("qwen35-tiny"), fp64_options(5));
+  model::ModelBatch const b = small_batch(5);
   train::TrainerOptions t;
   t.schedule.peak_lr = 1e-2;
   t.schedule.warmup_steps = 2;  // lr(0) = 0: step 0 leaves the weights as they are
@@ -53,18 +62,9 @@ TEST(TrainerStep, TheSameBatchOnTheSameWeightsGivesTheSameGradientsAfterAnEarlie
 // was. (With the norm read from gradients taken before the backward, or the update applied twice, the results
 // differ.)
 TEST(TrainerStep, BeginAndFinishAreOneStepWithTheNextBatchBuiltBetween) {
-  model::ModelOptions o;
-  o.dtype = at::kDouble;
-  o.seed = 7;
-  model::Qwen35ForCausalLM whole(model::preset("qwen35-tiny"), o), halves(model::preset("qwen35-tiny"), o);
-  packing::SyntheticSpec spec;
-  spec.num_examples = 4;
-  spec.vocab_size = 256;
-  spec.median_length = 10;
-  spec.max_length = 30;
-  spec.seed = 7;
-  model::ModelBatch const b =
-      model::make_model_batch(packing::make_packed_batch(packing::make_synthetic(spec)), at::kCPU);
+  model::Qwen35ForCausalLM whole(model::preset("qwen35-tiny"), fp64_options(7)),
+      halves(model::preset("qwen35-tiny"), fp64_options(7));
+  model::ModelBatch const b = small_batch(7);
   train::TrainerOptions t;
   t.schedule.peak_lr = 1e-2;
   t.schedule.total_steps = 2;
@@ -76,9 +76,7 @@ TEST(TrainerStep, BeginAndFinishAreOneStepWithTheNextBatchBuiltBetween) {
     c.begin_step({b});
     EXPECT_TRUE(c.step_begun());
     EXPECT_THROW(c.begin_step({b}), std::logic_error);
-    spec.seed += 1;  // the next step's batch, built while this one is pending
-    model::ModelBatch const next =
-        model::make_model_batch(packing::make_packed_batch(packing::make_synthetic(spec)), at::kCPU);
+    model::ModelBatch const next = small_batch(8 + step);  // the next step's batch, built while this one is pending
     EXPECT_GT(next.num_targets, 0);
     train::StepResult const rc = c.finish_step();
     EXPECT_FALSE(c.step_begun());

@@ -334,15 +334,15 @@ StepProfile StepProfiler::stop() {
     } else if (e.deviceType() == c10::DeviceType::CUDA) {
       // A named CPU range's span on the GPU timeline (Kineto's GPU user annotation): not a kernel.
       if (type == libkineto::ActivityType::GPU_USER_ANNOTATION) continue;
+      TraceEvent t;  // a GPU activity, linked to the CPU op that launched it
+      t.name = name;
+      t.kernel = true;
+      t.start_ns = e.startNs();
+      t.end_ns = e.startNs() + e.durationNs();
+      t.correlation = e.linkedCorrelationId();
       if (is_memory_activity(name)) {
         ++p.gpu_memory_ops;
-        TraceEvent t;  // GPU activity for gpu_idle only (not kernel time)
-        t.name = name;
-        t.kernel = true;
-        t.start_ns = e.startNs();
-        t.end_ns = e.startNs() + e.durationNs();
-        t.correlation = e.linkedCorrelationId();
-        memory.push_back(std::move(t));
+        memory.push_back(std::move(t));  // for gpu_idle only (not kernel time)
         continue;
       }
       ++p.gpu_kernels;
@@ -355,12 +355,6 @@ StepProfile StepProfiler::stop() {
       std::pair<std::int64_t, std::int64_t> const span{static_cast<std::int64_t>(e.startNs()),
                                                        static_cast<std::int64_t>(e.startNs() + e.durationNs())};
       (name.rfind("nccl", 0) == 0 ? comm : compute).push_back(span);
-      TraceEvent t;
-      t.name = name;
-      t.kernel = true;
-      t.start_ns = e.startNs();
-      t.end_ns = e.startNs() + e.durationNs();
-      t.correlation = e.linkedCorrelationId();
       trace.push_back(std::move(t));
       if (name.find("fusepack::") != std::string::npos) ++ours[name];
     }
