@@ -981,6 +981,17 @@ TEST(TrainConfig, EpochsAndStepsExcludeEachOther) {
   FUSEPACK_EXPECT_INVALID_ARGUMENT(c.validate(), "epochs must be >= 1 (or 0: the run's length is steps); got -1");
 }
 
+// fusepack-train's messages name options, not fields: one that names a field without an option in the table reads
+// "got batching padded" (as this one did before --batching was added to it).
+TEST(TrainConfig, MessagesForTheCommandLineNameTheOptions) {
+  TrainConfig c = valid_config();
+  c.complete_packs = true;
+  c.batching = train::Batching::kPadded;
+  FUSEPACK_EXPECT_INVALID_ARGUMENT(c.validate(TrainConfig::Naming::kOptions),
+                                   "--complete-packs completes packed micro-batches to the token budget; got "
+                                   "--batching padded");
+}
+
 TEST(FusepackTrain, EpochsDeriveTheStepsFromTheEpochPlansDroppingAPartialLastStep) {
   std::vector<std::vector<std::int64_t>> const epochs = planned_epochs(3);
   std::int64_t const total = static_cast<std::int64_t>(epochs[0].size() + epochs[1].size() + epochs[2].size());

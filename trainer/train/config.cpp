@@ -139,6 +139,7 @@ constexpr std::pair<char const*, char const*> kOptionOfField[] = {
     {"keep_checkpoints", "--keep-checkpoints"},
     {"resume", "--resume"},
     {"checkpoint_every", "--activation-checkpointing"},
+    {"batching", "--batching"},
     {"complete_packs", "--complete-packs"},
     {"golden_write", "--golden-write"},
     {"golden_check", "--golden-check"},
