@@ -726,6 +726,14 @@ TEST(StepProfiler, GpuIdleSplitsTheWindowAndFindsWhereTheHostWas) {
   EXPECT_DOUBLE_EQ(idle.window_seconds, 1000e-9);
   EXPECT_DOUBLE_EQ(idle.before_first_seconds, 100e-9);
   EXPECT_DOUBLE_EQ(idle.before_first_host_seconds, 0);  // the layer's range began with the window
+  // Before the first activity (0..100) the host ran the layer's range (self 100 - 10 - 10), aten::mm and aten::zero_;
+  // a range not clipped to the stretch would give the layer 400 - 20 - 10.
+  std::map<std::string, double> before;
+  for (train::NamedTime const& t : idle.before_first_host) before[t.name] = t.seconds;
+  EXPECT_EQ(before.size(), 3u);
+  EXPECT_NEAR(before[FUSEPACK_RANGE_PREFIX "layer 0"], 80e-9, 1e-18);
+  EXPECT_NEAR(before["aten::mm"], 10e-9, 1e-18);
+  EXPECT_NEAR(before["aten::zero_"], 10e-9, 1e-18);
   EXPECT_DOUBLE_EQ(idle.after_last_seconds, 150e-9);
   EXPECT_DOUBLE_EQ(idle.between_seconds, (70 + 80 + 5 + 210 + 40) * 1e-9);
   EXPECT_DOUBLE_EQ(idle.idle_seconds, (100 + 150 + 70 + 80 + 5 + 210 + 40) * 1e-9);
@@ -755,6 +763,9 @@ TEST(StepProfiler, GpuIdleSplitsTheWindowAndFindsWhereTheHostWas) {
       train::gpu_idle({trace_range("aten::add", 1, 30, 35, -1, 1), activity("k", 40, 60, 1)}, 0, 100, 4);
   EXPECT_DOUBLE_EQ(late_host.before_first_seconds, 40e-9);
   EXPECT_DOUBLE_EQ(late_host.before_first_host_seconds, 30e-9);
+  ASSERT_EQ(late_host.before_first_host.size(), 1u);  // aten::add ran 30..35, its kernel began at 40
+  EXPECT_EQ(late_host.before_first_host[0].name, "aten::add");
+  EXPECT_NEAR(late_host.before_first_host[0].seconds, 5e-9, 1e-18);
   train::GpuIdle const empty = train::gpu_idle({activity("k", 0, 60, 0)}, 100, 200, 4);
   EXPECT_DOUBLE_EQ(empty.before_first_seconds, 100e-9);
   EXPECT_DOUBLE_EQ(empty.idle_seconds, 100e-9);

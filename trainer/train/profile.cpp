@@ -451,6 +451,15 @@ GpuIdle gpu_idle(std::vector<TraceEvent> const& events, std::uint64_t window_sta
     if (!e.kernel) first_range = std::min(first_range, std::max(e.start_ns, window_start_ns));
   }
   out.before_first_host_seconds = seconds(window_start_ns, first_range);
+  std::vector<TraceEvent> before;  // the CPU ranges clipped to [window start, first activity)
+  for (TraceEvent const& e : events) {
+    if (e.kernel || e.end_ns <= window_start_ns || e.start_ns >= busy.front().begin) continue;
+    TraceEvent clipped = e;
+    clipped.start_ns = std::max(e.start_ns, window_start_ns);
+    clipped.end_ns = std::min(e.end_ns, busy.front().begin);
+    before.push_back(std::move(clipped));
+  }
+  out.before_first_host = host_self_time(before, most);
   out.after_last_seconds = seconds(busy.back().end, window_end_ns);
 
   // CPU ranges by thread in start order (parents first), and the launching op of each correlation id.
@@ -583,6 +592,14 @@ std::string profile_text(StepProfile const& p) {
                   idle.between_seconds * 1e3,
                   grouped(idle.stretches).c_str());
     out += buf;
+    if (!idle.before_first_host.empty()) {
+      out += "    before the first GPU activity the host ran (ms of self time, ranges):\n";
+      for (NamedTime const& t : idle.before_first_host) {
+        std::snprintf(buf, sizeof buf, "    %9.3f  %6s  %s\n", t.seconds * 1e3, grouped(t.count).c_str(),
+                      shortened(t.name, 96).c_str());
+        out += buf;
+      }
+    }
     if (!idle.by_host.empty()) {
       out += "    the stretches between by where the host was when they began (ms, stretches):\n";
       for (NamedTime const& t : idle.by_host) {

@@ -82,6 +82,9 @@ struct GpuIdle {
   // The part of before_first_seconds before any CPU range began (on any thread): no op of the step was running yet
   // (the profiler's own start-up, or host code outside every range).
   double before_first_host_seconds = 0;
+  // What the host did before the first GPU activity: host_self_time over the ranges clipped to that stretch, up to
+  // `most` names (count = ranges that overlap it).
+  std::vector<NamedTime> before_first_host;
   double between_seconds = 0;
   std::int64_t stretches = 0;      // idle stretches between two activities
   std::vector<NamedTime> by_host;  // up to `most`, most time first; count = stretches
