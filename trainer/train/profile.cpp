@@ -417,7 +417,7 @@ GpuIdle gpu_idle(std::vector<TraceEvent> const& events, std::uint64_t window_sta
   GpuIdle out;
   if (window_end_ns <= window_start_ns) return out;
   out.window_seconds = static_cast<double>(window_end_ns - window_start_ns) * 1e-9;
-  // The activities clipped to the window, merged into busy stretches; each stretch remembers the activity that began it.
+  // The activities clipped to the window, merged into busy stretches; a stretch remembers the activity that began it.
   std::vector<std::size_t> gpu;
   for (std::size_t i = 0; i < events.size(); ++i) {
     TraceEvent const& e = events[i];
@@ -568,6 +568,22 @@ std::string time_attribution_text(TimeAttribution const& t, double gpu_kernel_se
   return out;
 }
 
+namespace {
+
+// `heading` (with its indentation) and one line per item: milliseconds, count, name; nothing for no item.
+void timed_list(std::string& out, std::string const& heading, std::vector<NamedTime> const& items) {
+  if (items.empty()) return;
+  out += heading + "\n";
+  char buf[256];
+  for (NamedTime const& t : items) {
+    std::snprintf(buf, sizeof buf, "    %9.3f  %6s  %s\n", t.seconds * 1e3, grouped(t.count).c_str(),
+                  shortened(t.name, 96).c_str());
+    out += buf;
+  }
+}
+
+}  // namespace
+
 std::string profile_text(StepProfile const& p) {
   char buf[512];
   std::string out;
@@ -584,30 +600,17 @@ std::string profile_text(StepProfile const& p) {
   GpuIdle const& idle = p.gpu_idle;
   if (idle.window_seconds > 0) {
     std::snprintf(buf, sizeof buf,
-                  "  GPU idle:       %.3f ms of %.3f ms (%.1f%%; no kernel, copy or set running): %.3f before the first "
-                  "GPU activity (%.3f of it before the step's first host range), %.3f after the last, %.3f in %s "
-                  "stretches between\n",
+                  "  GPU idle:       %.3f ms of %.3f ms (%.1f%%; no kernel, copy or set running): %.3f before the "
+                  "first GPU activity (%.3f of it before the step's first host range), %.3f after the last, %.3f in "
+                  "%s stretches between\n",
                   idle.idle_seconds * 1e3, idle.window_seconds * 1e3, 100.0 * idle.idle_seconds / idle.window_seconds,
                   idle.before_first_seconds * 1e3, idle.before_first_host_seconds * 1e3, idle.after_last_seconds * 1e3,
                   idle.between_seconds * 1e3,
                   grouped(idle.stretches).c_str());
     out += buf;
-    if (!idle.before_first_host.empty()) {
-      out += "    before the first GPU activity the host ran (ms of self time, ranges):\n";
-      for (NamedTime const& t : idle.before_first_host) {
-        std::snprintf(buf, sizeof buf, "    %9.3f  %6s  %s\n", t.seconds * 1e3, grouped(t.count).c_str(),
-                      shortened(t.name, 96).c_str());
-        out += buf;
-      }
-    }
-    if (!idle.by_host.empty()) {
-      out += "    the stretches between by where the host was when they began (ms, stretches):\n";
-      for (NamedTime const& t : idle.by_host) {
-        std::snprintf(buf, sizeof buf, "    %9.3f  %6s  %s\n", t.seconds * 1e3, grouped(t.count).c_str(),
-                      shortened(t.name, 96).c_str());
-        out += buf;
-      }
-    }
+    timed_list(out, "    before the first GPU activity the host ran (ms of self time, ranges):",
+               idle.before_first_host);
+    timed_list(out, "    the stretches between by where the host was when they began (ms, stretches):", idle.by_host);
   }
   if (p.comm_kernels > 0) {
     std::snprintf(buf, sizeof buf,
@@ -634,17 +637,8 @@ std::string profile_text(StepProfile const& p) {
   };
   list("most frequent CPU ops:", p.top_cpu_ops);
   list("most frequent GPU kernels:", p.top_gpu_kernels);
-  auto timed = [&](char const* title, std::vector<NamedTime> const& items) {
-    if (items.empty()) return;
-    out += std::string("  ") + title + "\n";
-    for (NamedTime const& t : items) {
-      std::snprintf(buf, sizeof buf, "    %9.3f  %6s  %s\n", t.seconds * 1e3, grouped(t.count).c_str(),
-                    shortened(t.name, 96).c_str());
-      out += buf;
-    }
-  };
-  timed("GPU kernels with the most time (ms, launches):", p.slowest_gpu_kernels);
-  timed("host time by name, self (ms, calls; nested ops and CUDA calls are their own rows):", p.host_self);
+  timed_list(out, "  GPU kernels with the most time (ms, launches):", p.slowest_gpu_kernels);
+  timed_list(out, "  host time by name, self (ms, calls; nested ops and CUDA calls are their own rows):", p.host_self);
   list("fusepack's own kernels:", p.fusepack_kernels);
   list("fusepack ops by the implementation that ran (forward calls):", p.op_implementations);
   std::int64_t calls = 0;

@@ -59,9 +59,10 @@ class Trainer {
 
   // step() in two halves, for a caller with host work to overlap with the GPU's: begin_step queues the forwards,
   // backwards and the gradient norm (nothing in it waits for the GPU on one rank), finish_step waits for them (one
-  // wait: the loss, then the norm already computed), and queues the update. begin_step throws what step() throws for its part and
-  // std::logic_error when a begun step was not finished; finish_step throws the rest, and std::logic_error when no
-  // step was begun. A step that threw is over: the next begins afresh, with the parameters as they were.
+  // wait: the loss, then the norm already computed), and queues the update. begin_step throws what step() throws for
+  // its part and std::logic_error when a begun step was not finished; finish_step throws the rest, and
+  // std::logic_error when no step was begun. A step that threw is over: the next begins afresh, with the parameters
+  // as they were.
   void begin_step(std::vector<model::ModelBatch> const& micro_batches);
   StepResult finish_step();
   bool step_begun() const { return pending_.has_value(); }
