@@ -59,8 +59,8 @@ TEST(TrainerStep, TheSameBatchOnTheSameWeightsGivesTheSameGradientsAfterAnEarlie
 // The run loop builds the next step's batches between begin_step and finish_step. The halves are one step: the same
 // loss, norm and weights as step() on an identical model, with host work and another batch built in between; a
 // second begin before the finish, or a finish without a begin, is refused, and a refused call leaves the step as it
-// was. (With the norm read from gradients taken before the backward, or the update applied twice, the results
-// differ.)
+// was. Planted and caught: finish_step leaving the step pending (the next begin is refused), begin_step without its
+// check (a second begin goes through).
 TEST(TrainerStep, BeginAndFinishAreOneStepWithTheNextBatchBuiltBetween) {
   model::Qwen35ForCausalLM whole(model::preset("qwen35-tiny"), fp64_options(7)),
       halves(model::preset("qwen35-tiny"), fp64_options(7));

@@ -33,7 +33,7 @@ NonFiniteGradNorm::NonFiniteGradNorm(double norm, std::string parameter)
       parameter_(std::move(parameter)) {}
 
 double grad_norm(std::vector<NamedParameter> const& params, AllReduceSum const& all_reduce) {
-  return queue_grad_norm(params, all_reduce).read();
+  return queue_grad_norm(params, all_reduce).read(params);
 }
 
 QueuedGradNorm queue_grad_norm(std::vector<NamedParameter> const& params, AllReduceSum const& all_reduce) {
@@ -73,16 +73,18 @@ QueuedGradNorm queue_grad_norm(std::vector<NamedParameter> const& params, AllRed
                   ? at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device))
                   : (q.group_norms_.size() == 1 ? q.group_norms_.front() : at::cat(q.group_norms_)).square().sum();
   if (all_reduce) all_reduce(q.sum_sq_);
-  q.params_ = params;
+  q.parameters_ = params.size();
   return q;
 }
 
-double QueuedGradNorm::read() const {
+double QueuedGradNorm::read(std::vector<NamedParameter> const& params) const {
+  TORCH_CHECK(params.size() == parameters_, "QueuedGradNorm::read: the norm was queued over ", parameters_,
+              " parameters; got a list of ", params.size());
   if (!sum_sq_.defined()) return 0;
   double const norm = std::sqrt(sum_sq_.item<double>());
   if (!std::isfinite(norm)) {
     // The first non-finite norm in registration order (groups are in dtype order): one copy to the host per group.
-    std::size_t first = params_.size();
+    std::size_t first = params.size();
     for (std::size_t k = 0; k < group_norms_.size(); ++k) {
       at::Tensor const host = group_norms_[k].cpu();
       double const* n = host.data_ptr<double>();
@@ -90,7 +92,7 @@ double QueuedGradNorm::read() const {
         if (!std::isfinite(n[j])) first = std::min(first, members_[k][j]);
       }
     }
-    throw NonFiniteGradNorm(norm, first < params_.size() ? params_[first].name : std::string());
+    throw NonFiniteGradNorm(norm, first < params.size() ? params[first].name : std::string());
   }
   return norm;
 }

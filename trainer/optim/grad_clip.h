@@ -37,18 +37,19 @@ inline constexpr double kClipEps = 1e-6;  // torch's: the factor is max_norm / (
 double grad_norm(std::vector<NamedParameter> const& params, AllReduceSum const& all_reduce = {});
 
 // grad_norm in two halves, for a caller with more to queue before it waits: queue_grad_norm checks the gradients and
-// queues the norm's kernels and its all-reduce without reading anything back; read() waits for them and returns the
-// norm, or throws NonFiniteGradNorm. The same operations and result as grad_norm.
+// queues the norm's kernels and its all-reduce without reading anything back; read(params), with the same params,
+// waits for them and returns the norm, or throws NonFiniteGradNorm naming the parameter. The same operations and
+// result as grad_norm.
 class QueuedGradNorm {
  public:
-  double read() const;
+  double read(std::vector<NamedParameter> const& params) const;
 
  private:
   friend QueuedGradNorm queue_grad_norm(std::vector<NamedParameter> const&, AllReduceSum const&);
-  std::vector<NamedParameter> params_;
+  std::size_t parameters_ = 0;                       // how many params were queued (read checks its list against it)
   at::Tensor sum_sq_;                                // fp64 0-dim; undefined: no parameter, norm 0
   std::vector<at::Tensor> group_norms_;              // per dtype group: the members' norms (fp64)
-  std::vector<std::vector<std::size_t>> members_;    // per group: indices into params_
+  std::vector<std::vector<std::size_t>> members_;    // per group: indices into params
 };
 QueuedGradNorm queue_grad_norm(std::vector<NamedParameter> const& params, AllReduceSum const& all_reduce = {});
 

@@ -114,7 +114,7 @@ StepResult Trainer::finish_step() {
   FUSEPACK_PROFILE_RANGE(range, FUSEPACK_RANGE_PREFIX "optimizer");
   // Throws NonFiniteGradNorm before any update. Clipping's factor goes into the update, which reads the gradients
   // scaled (no pass of its own on CUDA).
-  r.grad_norm = pending.grad_norm.read();
+  r.grad_norm = pending.grad_norm.read(params_);
   adamw_.step(r.lr, options_.clip_norm > 0 ? optim::clip_factor(r.grad_norm, options_.clip_norm) : 1.0);
   ++steps_taken_;
   return r;
