@@ -775,6 +775,7 @@ TEST(StepProfiler, GpuIdleSplitsTheWindowAndFindsWhereTheHostWas) {
 TEST(StepProfiler, ReportsTheHostTimeOfTheStepByName) {
   at::Tensor const x = at::randn({64, 256}, at::kDouble), w = at::zeros({256}, at::kDouble);
   train::StepProfiler profiler(0, "composite", /*cuda=*/false, 0);
+  profiler.start();
   for (int i = 0; i < 4; ++i) ops::rmsnorm(x, w, 1e-6, ops::Backend::kComposite);
   train::StepProfile const p = profiler.stop();
   ASSERT_FALSE(p.host_self.empty());
@@ -794,6 +795,7 @@ TEST(StepProfiler, ReportsTheHostTimeOfTheStepByName) {
 TEST(StepProfiler, CountsOpCallsThatDidNotRunTheRequestedBackend) {
   at::Tensor const x = at::randn({4, 8}, at::kDouble), w = at::zeros({8}, at::kDouble);
   train::StepProfiler profiler(0, "fused", /*cuda=*/false, 0);
+  profiler.start();
   ops::rmsnorm(x, w, 1e-6, ops::Backend::kComposite);
   train::StepProfile const p = profiler.stop();
   EXPECT_EQ(p.ops_not_on_backend, 1);
@@ -803,8 +805,30 @@ TEST(StepProfiler, CountsOpCallsThatDidNotRunTheRequestedBackend) {
       << train::profile_text(p);
 
   train::StepProfiler matching(0, "composite", /*cuda=*/false, 0);
+  matching.start();
   ops::rmsnorm(x, w, 1e-6, ops::Backend::kComposite);
   EXPECT_EQ(matching.stop().ops_not_on_backend, 0);
+}
+
+// Between construction (the profiler's warm-up) and start() nothing is recorded: the composite call made then, which a
+// profiler told the run is fused would count, is not in the profile; the one after start() is.
+TEST(StepProfiler, RecordsNothingOfItsWarmUp) {
+  at::Tensor const x = at::randn({4, 8}, at::kDouble), w = at::zeros({8}, at::kDouble);
+  train::StepProfiler profiler(0, "fused", /*cuda=*/false, 0);
+  ops::rmsnorm(x, w, 1e-6, ops::Backend::kComposite);
+  ops::rmsnorm(x, w, 1e-6, ops::Backend::kComposite);
+  profiler.start();
+  ops::rmsnorm(x, w, 1e-6, ops::Backend::kComposite);
+  EXPECT_EQ(profiler.stop().ops_not_on_backend, 1);
+}
+
+// A profiler prepared and never started (the warm-up step threw) ends cleanly, and the next one runs.
+TEST(StepProfiler, APreparedProfilerNeverStartedEndsCleanly) {
+  { train::StepProfiler const prepared(0, "composite", /*cuda=*/false, 0); }
+  train::StepProfiler next(1, "composite", /*cuda=*/false, 0);
+  next.start();
+  ops::rmsnorm(at::ones({2, 4}, at::kDouble), at::zeros({4}, at::kDouble), 1e-6, ops::Backend::kComposite);
+  EXPECT_GT(next.stop().cpu_op_calls, 0);
 }
 
 TEST(FusepackTrain, ExitsWithCode2AndAMessageOnBadInput) {

@@ -249,7 +249,12 @@ StepProfiler::StepProfiler(std::int64_t step, std::string backend, bool cuda, in
   // A CPU-only profile on a machine without a GPU: Kineto still probes for devices and logs "gpuGetDeviceCount failed"
   // as an ERROR; nothing is wrong (there is no GPU to count), so its logging is quietened unless the user set it.
   if (!cuda_) ::setenv("KINETO_LOG_LEVEL", "5", /*overwrite=*/0);
-  ProfilerConfig const config(ProfilerState::KINETO);
+  prof::prepareProfiler(ProfilerConfig(ProfilerState::KINETO), activities(cuda_));
+  prepared_ = true;
+}
+
+void StepProfiler::start() {
+  if (!prepared_ || running_) throw std::runtime_error("StepProfiler::start: called twice");
   sync_cuda(cuda_, cuda_device_);  // nothing of earlier steps in the profiled window
   if (cuda_) {
     c10::Device const device(c10::kCUDA, static_cast<c10::DeviceIndex>(cuda_device_));
@@ -258,24 +263,24 @@ StepProfiler::StepProfiler(std::int64_t step, std::string backend, bool cuda, in
     peak_bytes_before_ = allocated.peak;
     reset_peak_allocated_bytes(device);
   }
-  prof::prepareProfiler(config, activities(cuda_));
-  prof::enableProfiler(config, activities(cuda_));
+  prof::enableProfiler(ProfilerConfig(ProfilerState::KINETO), activities(cuda_));
+  prepared_ = false;
   running_ = true;
   start_ns_ = now_ns();
   start_epoch_ns_ = static_cast<std::uint64_t>(c10::getTime());
 }
 
 StepProfiler::~StepProfiler() {
-  if (running_) {
-    try {
-      prof::disableProfiler();
-    } catch (...) {  // already unwinding: the step's own exception is the one to report
-    }
+  if (!prepared_ && !running_) return;
+  try {  // a prepared profiler is ended as torch.profiler ends one stopped in warm-up: started, then stopped
+    if (prepared_) prof::enableProfiler(ProfilerConfig(ProfilerState::KINETO), activities(cuda_));
+    prof::disableProfiler();
+  } catch (...) {  // already unwinding: the step's own exception is the one to report
   }
 }
 
 StepProfile StepProfiler::stop() {
-  if (!running_) throw std::runtime_error("StepProfiler::stop: the profiler is not running");
+  if (!running_) throw std::runtime_error("StepProfiler::stop: start() was not called");
   sync_cuda(cuda_, cuda_device_);  // the step's kernels have finished: their records are complete
   std::uint64_t const end_ns = now_ns();
   auto const end_epoch_ns = static_cast<std::uint64_t>(c10::getTime());

@@ -124,7 +124,10 @@ struct StepProfile {
   std::int64_t start_bytes = -1, peak_bytes = -1, peak_bytes_before = -1;
 };
 
-// Starts PyTorch's profiler on construction (CPU activities, and CUDA's when `cuda`); stop() ends it and counts.
+// PyTorch's profiler around one step (CPU activities, and CUDA's when `cuda`), in torch.profiler's phases: the
+// constructor prepares it (warm-up: CUPTI enabled and collecting, its buffers allocated, records discarded), start()
+// opens the measured window and stop() closes it and counts. Constructed a step ahead, the profiler's own start-up
+// (CUPTI's first buffer requests, ~2-3 ms on an H200) falls in the step before and not in the measured one.
 // Throws std::runtime_error when a profiler is already running in this thread.
 class StepProfiler {
  public:
@@ -133,6 +136,7 @@ class StepProfiler {
   StepProfiler(StepProfiler const&) = delete;
   StepProfiler& operator=(StepProfiler const&) = delete;
 
+  void start();  // waits for the GPU's queued work first: nothing launched before is in the window
   StepProfile stop();
 
  private:
@@ -140,7 +144,7 @@ class StepProfiler {
   std::string backend_;
   bool cuda_;
   int cuda_device_;
-  bool running_ = false;
+  bool prepared_ = false, running_ = false;
   std::uint64_t start_ns_ = 0;
   std::uint64_t start_epoch_ns_ = 0;  // the profiler's clock (its events' time base), for gpu_idle's window
   std::int64_t start_bytes_ = -1, peak_bytes_before_ = -1;

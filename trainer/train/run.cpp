@@ -942,12 +942,17 @@ RunResult run_training(TrainConfig const& given, RunOptions const& options) {
   // update waits for them, so the host packs and copies while the GPU computes; the first step's before the loop.
   std::optional<PreparedStep> next;
   if (first_step < config.steps) next = prepare_step();
+  // --profile-step N prepares the profiler before step N - 1 (its warm-up, as torch.profiler's schedule does) and
+  // measures step N alone: the profiler's own start-up is paid in the step before.
+  std::optional<StepProfiler> profiler;
   for (std::int64_t s = first_step; s < config.steps; ++s) {
     if (comm) comm->set_step(s);
-    std::optional<StepProfiler> profiler;
-    if (s == config.profile_step) {
-      profiler.emplace(s, ops::backend_name(config.backend), device.is_cuda(), device.has_index() ? device.index() : 0);
+    if (!profiler && (s == config.profile_step - 1 || s == config.profile_step)) {
+      profiler.emplace(config.profile_step, ops::backend_name(config.backend), device.is_cuda(),
+                       device.has_index() ? device.index() : 0);
     }
+    bool const profiled = s == config.profile_step;
+    if (profiled) profiler->start();
     if (device.is_cuda()) {
       result.resident_device_bytes = std::max(result.resident_device_bytes, allocated_bytes(device).current);
     }
@@ -979,8 +984,9 @@ RunResult run_training(TrainConfig const& given, RunOptions const& options) {
     result.steps.push_back(m);
     log.line(step_log_line(m, config.steps));
     if (metrics) metrics->step(m, device.is_cuda() ? allocated_bytes(device).current : -1);
-    if (profiler) {
+    if (profiled) {
       result.profile = profiler->stop();
+      profiler.reset();
       log.text(profile_text(*result.profile));
       if (result.profile->ops_not_on_backend > 0) {  // an op ran another implementation than asked: never silently
         throw std::runtime_error("--profile-step: " + std::to_string(result.profile->ops_not_on_backend) +
