@@ -13,11 +13,29 @@
 
 namespace fusepack {
 
+// A [T, C] tensor held as column parts: channel c is column c − start[i] of part i, a contiguous [T, start[i+1] −
+// start[i]] tensor, for the i with start[i] <= c < start[i+1]; 0 = start[0] <= ... <= start[count] = C. One part
+// (start {0, C}) is the plain [T, C] layout. The Gated DeltaNet's conv output goes out as its q, k and v this way.
+constexpr int kConv1dMaxParts = 4;
+struct Conv1dColumnParts {
+  void* part[kConv1dMaxParts] = {};
+  std::int64_t start[kConv1dMaxParts + 1] = {};
+  int count = 0;
+
+  static Conv1dColumnParts whole(void* p, std::int64_t C) {
+    Conv1dColumnParts c;
+    c.part[0] = p;
+    c.start[1] = C;
+    c.count = 1;
+    return c;
+  }
+};
+
 struct Conv1dFwdParams {
   void const* x = nullptr;                   // [T, C] channel-last, contiguous
   void const* weight = nullptr;              // [C, W] contiguous; weight[c, W-1] multiplies the current token
   std::int32_t const* cu_seqlens = nullptr;  // [N+1] on the device: 0 = cu[0] <= cu[1] <= ... <= cu[N] = T
-  void* y = nullptr;                         // [T, C] channel-last, contiguous
+  Conv1dColumnParts y;                       // [T, C] channel-last, in column parts
   std::int64_t T = 0, C = 0;
   int W = 4;  // one of Conv1dWidths (conv1d_widths.h)
   int N = 0;  // examples
@@ -26,7 +44,7 @@ struct Conv1dFwdParams {
 };
 
 struct Conv1dBwdParams : Conv1dFwdParams {
-  void const* dy = nullptr;          // [T, C]
+  Conv1dColumnParts dy;              // [T, C], in column parts (written through `part`, read only here)
   void* dx = nullptr;                // [T, C]
   void* dweight = nullptr;           // [C, W]
   float* dweight_partial = nullptr;  // [conv1d_bwd_num_partials(p), C, W] fp32 workspace, 16-byte aligned

@@ -46,12 +46,12 @@ __global__ void __launch_bounds__(kBwdThreads, kBwdMinBlocks) conv1d_bwd_channel
   __shared__ alignas(16) Pack<float, kN> dw_rows[kBwdRows][W][kThreadsC];
 
   auto const* x = static_cast<T const*>(p.x);
-  auto const* dy = static_cast<T const*>(p.dy);
   auto* dx = static_cast<T*>(p.dx);
   std::int64_t const C = p.C;
   int const T_ = static_cast<int>(p.T);  // cu_seqlens is int32, so T < 2^31
   std::int64_t const c0 = (std::int64_t(blockIdx.x) * kThreadsC + threadIdx.x) * kN;
   bool const has_channels = c0 < C;  // no early return: every thread reaches the block's barriers
+  PartColumn<T> const dy(p.dy, has_channels ? c0 : 0);
 
   float w[W][kN];
   load_weight<T, W, kN>(static_cast<T const*>(p.weight), C, c0, w);
@@ -67,8 +67,9 @@ __global__ void __launch_bounds__(kBwdThreads, kBwdMinBlocks) conv1d_bwd_channel
        run += gridDim.y * kBwdRows) {
     int const t0 = run * kBwdRun;
     int const len = T_ - t0 < kBwdRun ? T_ - t0 : kBwdRun;  // own tokens t0 .. t0+len−1, 1..kBwdRun
-    std::int64_t const run_at = std::int64_t(t0) * C + c0;  // [t0, c0] in x, dy and dx
-    std::int64_t at = run_at;                                  // the next own token to load, in x and dy
+    std::int64_t const run_at = std::int64_t(t0) * C + c0;  // [t0, c0] in x and dx
+    std::int64_t at = run_at;                                  // the next own token to load, in x
+    T const* dyp = dy.row(t0);                                 // and in dy
     T* dxp = dx + run_at;  // the next dx to store (stores run W−1 steps behind)
 
     // The W−1 inputs before t0 and the first chunk, all issued before the example lookup.
@@ -82,9 +83,10 @@ __global__ void __launch_bounds__(kBwdThreads, kBwdMinBlocks) conv1d_bwd_channel
     for (int u = 0; u < kChunk; ++u) {
       if (u < len) {
         xin[u] = load_raw<T, kN>(x + at);
-        dyin[u] = load_raw<T, kN>(dy + at);
+        dyin[u] = load_raw<T, kN>(dyp);
       }
       at += C;
+      dyp += dy.stride;
     }
 
     ExampleSpan ex(p.cu_seqlens, p.N, t0);
@@ -167,9 +169,10 @@ __global__ void __launch_bounds__(kBwdThreads, kBwdMinBlocks) conv1d_bwd_channel
         for (int u = 0; u < kChunk; ++u) {
           if (c + u < len) {
             xin[u] = load_raw<T, kN>(x + at);
-            dyin[u] = load_raw<T, kN>(dy + at);
+            dyin[u] = load_raw<T, kN>(dyp);
           }
           at += C;
+          dyp += dy.stride;
         }
       }
 #pragma unroll
@@ -216,7 +219,7 @@ __global__ void __launch_bounds__(kBwdThreads, kBwdMinBlocks) conv1d_bwd_channel
       if (t0 + len + k < ex.end) {
         std::int64_t const tail_at = std::int64_t(t0 + len + k) * C + c0;
         xtail[k] = load_raw<T, kN>(x + tail_at);
-        dytail[k] = load_raw<T, kN>(dy + tail_at);
+        dytail[k] = load_raw<T, kN>(dy.row(t0 + len + k));
       }
     }
 #pragma unroll
@@ -291,8 +294,9 @@ void run_conv1d_bwd(Conv1dBwdParams const& p, cudaStream_t stream) {
   FUSEPACK_DTYPE_SWITCH(p.dtype, T, [&] {
     if (p.T > 0) {
       constexpr int kPackBytes = kPackChannels * sizeof(T);
-      bool const vec = p.C % kPackChannels == 0 && aligned_to(p.x, kPackBytes) && aligned_to(p.dy, kPackBytes) &&
-                       aligned_to(p.dx, kPackBytes) && aligned_to(p.dweight_partial, 16);
+      bool const vec = p.C % kPackChannels == 0 && aligned_to(p.x, kPackBytes) &&
+                       parts_pack_aligned(p.dy, kPackChannels, kPackBytes) && aligned_to(p.dx, kPackBytes) &&
+                       aligned_to(p.dweight_partial, 16);
       FUSEPACK_BOOL_SWITCH(vec, kVec, [&] {
         constexpr int kN = kVec ? kPackChannels : 1;
         FUSEPACK_BOOL_SWITCH(p.silu, kSilu, [&] {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "kernels/common/vec.cuh"
+#include "kernels/conv1d/conv1d.h"
 
 #include <cstdint>
 #include <cstring>
@@ -111,6 +112,31 @@ __device__ __forceinline__ void store_pack(T* p, float const (&in)[kN]) {
 }
 
 inline bool aligned_to(void const* p, int bytes) { return reinterpret_cast<std::uintptr_t>(p) % bytes == 0; }
+
+// Every part starts on a pack boundary, in its columns and in memory: a pack never straddles two parts, and packs
+// load and store as words.
+inline bool parts_pack_aligned(Conv1dColumnParts const& parts, int pack_channels, int pack_bytes) {
+  for (int i = 0; i < parts.count; ++i) {
+    if (parts.start[i] % pack_channels != 0 || !aligned_to(parts.part[i], pack_bytes)) return false;
+  }
+  return true;
+}
+
+// Where the pack at channel c0 of a [T, C] tensor in column parts lives: the address of its token-0 element and the
+// row stride (elements) of its part. c0 < C; the pack lies in one part (parts_pack_aligned, or kN = 1).
+template <typename T>
+struct PartColumn {
+  T* at;
+  std::int64_t stride;
+
+  __device__ __forceinline__ PartColumn(Conv1dColumnParts const& parts, std::int64_t c0) {
+    int i = 0;
+    while (i + 1 < parts.count && parts.start[i + 1] <= c0) ++i;
+    at = static_cast<T*>(parts.part[i]) + (c0 - parts.start[i]);
+    stride = parts.start[i + 1] - parts.start[i];
+  }
+  __device__ __forceinline__ T* row(std::int64_t t) const { return at + t * stride; }
+};
 
 // The example holding token t, 0 <= t < cu[N]: the largest n < N with cu[n] <= t (empty examples are skipped, since
 // the largest such n has cu[n+1] > t). All lanes of a warp search for the same t, so the loads are broadcasts.

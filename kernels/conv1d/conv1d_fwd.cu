@@ -31,11 +31,11 @@ constexpr int kFwdMinBlocks = sizeof(T) == 4 ? 6 : 8;
 template <typename T, int W, int kN, bool kSilu>
 __global__ void __launch_bounds__(kFwdThreads, kFwdMinBlocks<T>) conv1d_fwd_channel_last(Conv1dFwdParams p) {
   auto const* x = static_cast<T const*>(p.x);
-  auto* y = static_cast<T*>(p.y);
   std::int64_t const C = p.C;
   int const T_ = static_cast<int>(p.T);  // cu_seqlens is int32, so T < 2^31
   std::int64_t const c0 = (std::int64_t(blockIdx.x) * kThreadsC + threadIdx.x) * kN;
   if (c0 >= C) return;  // no block-level synchronisation below
+  PartColumn<T> const y(p.y, c0);
 
   float w[W][kN];
   load_weight<T, W, kN>(static_cast<T const*>(p.weight), C, c0, w);
@@ -46,7 +46,7 @@ __global__ void __launch_bounds__(kFwdThreads, kFwdMinBlocks<T>) conv1d_fwd_chan
     int const len = T_ - t0 < kFwdRun ? T_ - t0 : kFwdRun;  // tokens of this run, 1..kFwdRun
     T const* const xr = x + std::int64_t(t0) * C + c0;      // x[t0 + i] is xr[i·C]
     T const* xp = xr;                                         // the next token to load
-    T* yp = y + std::int64_t(t0) * C + c0;                    // the next token to store
+    T* yp = y.row(t0);                                        // the next token to store
 
     // The W−1 inputs before t0 and the first chunk, all issued before the example lookup.
     Raw<T, kN> halo[W - 1] = {};
@@ -103,7 +103,7 @@ __global__ void __launch_bounds__(kFwdThreads, kFwdMinBlocks<T>) conv1d_fwd_chan
             for (int j = 0; j < kN; ++j) out[j] *= conv1d_sigmoid<T>(out[j]);
           }
           if (valid) store_pack<T, kN>(yp, out);
-          yp += C;
+          yp += y.stride;
 #pragma unroll
           for (int k = 0; k < W - 2; ++k) {
 #pragma unroll
@@ -128,7 +128,8 @@ void run_conv1d_fwd(Conv1dFwdParams const& p, cudaStream_t stream) {
   if (p.T == 0 || p.C == 0) return;
   FUSEPACK_DTYPE_SWITCH(p.dtype, T, [&] {
     constexpr int kPackBytes = kPackChannels * sizeof(T);
-    bool const vec = p.C % kPackChannels == 0 && aligned_to(p.x, kPackBytes) && aligned_to(p.y, kPackBytes);
+    bool const vec = p.C % kPackChannels == 0 && aligned_to(p.x, kPackBytes) &&
+                     parts_pack_aligned(p.y, kPackChannels, kPackBytes);
     FUSEPACK_BOOL_SWITCH(vec, kVec, [&] {
       constexpr int kN = kVec ? kPackChannels : 1;
       FUSEPACK_BOOL_SWITCH(p.silu, kSilu, [&] {

@@ -21,6 +21,11 @@ namespace fusepack::ops {
 
 namespace {
 
+constexpr std::size_t kMaxParts = 4;  // conv1d_parts' widths
+#ifdef FUSEPACK_WITH_CUDA_KERNELS
+static_assert(kMaxParts == static_cast<std::size_t>(kConv1dMaxParts), "the kernel's parameters hold every part");
+#endif
+
 // Per example: nn.Conv1d's functional form on [1, C, L] (groups = C), padding W−1 on the left by zeros (or by the
 // example's initial state), keeping the first L outputs. Correct on packed input by construction.
 at::Tensor conv1d_composite(at::Tensor const& x, at::Tensor const& weight, std::vector<int32_t> const& cu,
@@ -65,18 +70,23 @@ Conv1dFwdParams fwd_params(at::Tensor const& x, at::Tensor const& weight, at::Te
   return p;
 }
 
+// y in column parts of `widths` (one part of C columns: the plain [T, C] output), each part its own contiguous
+// tensor written by the kernel; the backward reads the parts' gradients where they are.
 struct Conv1dFunction : torch::autograd::Function<Conv1dFunction> {
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, at::Tensor const& x, at::Tensor const& weight,
-                            at::Tensor const& cu_seqlens, bool silu) {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, at::Tensor const& x,
+                                                at::Tensor const& weight, at::Tensor const& cu_seqlens, bool silu,
+                                                std::vector<std::int64_t> const& widths) {
     FUSEPACK_OP_RUNS("conv1d", Pass::kForward, Backend::kFused);
     c10::cuda::CUDAGuard guard(x.device());
-    at::Tensor y = at::empty_like(x);
     Conv1dFwdParams p = fwd_params(x, weight, cu_seqlens, silu);
-    p.y = y.data_ptr();
+    torch::autograd::variable_list parts;
+    for (std::int64_t w : widths) parts.push_back(at::empty({x.size(0), w}, x.options()));
+    p.y = column_parts(parts);
     run_conv1d_fwd(p, at::cuda::getCurrentCUDAStream());
     ctx->save_for_backward({x, weight, cu_seqlens});
     ctx->saved_data["silu"] = silu;
-    return y;
+    ctx->saved_data["widths"] = widths;
+    return parts;
   }
 
   static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
@@ -85,27 +95,47 @@ struct Conv1dFunction : torch::autograd::Function<Conv1dFunction> {
     auto const saved = ctx->get_saved_variables();
     at::Tensor const &x = saved[0], &weight = saved[1], &cu_seqlens = saved[2];
     c10::cuda::CUDAGuard guard(x.device());
-    at::Tensor const dy = grads[0].to(x.scalar_type()).contiguous();
+    std::vector<at::Tensor> dy;  // a part the graph did not reach has a zero gradient
+    for (at::Tensor const& g : grads) dy.push_back(g.defined() ? g.to(x.scalar_type()).contiguous() : at::Tensor());
+    std::int64_t const T = x.size(0);
+    for (std::size_t i = 0; i < dy.size(); ++i) {
+      if (!dy[i].defined()) dy[i] = at::zeros({T, ctx->saved_data["widths"].toIntVector()[i]}, x.options());
+    }
     at::Tensor dx = at::empty_like(x), dweight = at::empty_like(weight);
     Conv1dBwdParams p;
     static_cast<Conv1dFwdParams&>(p) = fwd_params(x, weight, cu_seqlens, ctx->saved_data["silu"].toBool());
     at::Tensor const partial =
         at::empty({conv1d_bwd_num_partials(p), p.C, p.W}, x.options().dtype(at::kFloat));  // fp32 workspace
-    p.dy = dy.data_ptr();
+    p.dy = column_parts(dy);
     p.dx = dx.data_ptr();
     p.dweight = dweight.data_ptr();
     p.dweight_partial = partial.data_ptr<float>();
     run_conv1d_bwd(p, at::cuda::getCurrentCUDAStream());
-    return {dx, dweight, at::Tensor(), at::Tensor()};
+    return {dx, dweight, at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+
+ private:
+  static Conv1dColumnParts column_parts(std::vector<at::Tensor> const& parts) {
+    Conv1dColumnParts c;
+    c.count = static_cast<int>(parts.size());
+    for (int i = 0; i < c.count; ++i) {
+      c.part[i] = parts[i].data_ptr();
+      c.start[i + 1] = c.start[i] + parts[i].size(1);
+    }
+    return c;
   }
 };
 #endif
 
 }  // namespace
 
-at::Tensor conv1d(at::Tensor const& x, at::Tensor const& weight, at::Tensor const& cu_seqlens, bool silu,
-                  Backend backend, at::Tensor const& initial_state) {
-  char const* const op = "conv1d";
+namespace {
+
+// Checks every input of conv1d / conv1d_parts (`widths`: the parts' column counts, {C} for conv1d), then runs the
+// backend.
+std::vector<at::Tensor> conv1d_checked(char const* op, at::Tensor const& x, at::Tensor const& weight,
+                                       at::Tensor const& cu_seqlens, bool silu, Backend backend,
+                                       at::Tensor const& initial_state, std::vector<std::int64_t> const& widths) {
   check_sizes(op, "x", x, {-1, -1});
   int64_t const T = x.size(0), C = x.size(1);
   TORCH_CHECK(C >= 1, op, ": x must have at least one channel; got shape ", x.sizes());
@@ -121,7 +151,25 @@ at::Tensor conv1d(at::Tensor const& x, at::Tensor const& weight, at::Tensor cons
     check_sizes(op, "initial_state", initial_state, {N, C, W - 1});
     check_same_dtype_device(op, "initial_state", initial_state, "x", x);
   }
-  if (backend == Backend::kComposite) return conv1d_composite(x, weight, cu, silu, initial_state);
+  std::int64_t total = 0;
+  for (std::int64_t w : widths) {
+    TORCH_CHECK(w >= 0, op, ": every width must be >= 0; got ", w, " in ", c10::IntArrayRef(widths));
+    total += w;
+  }
+  TORCH_CHECK(!widths.empty() && widths.size() <= kMaxParts && total == C, op,
+              ": widths must be 1..", kMaxParts, " column counts summing to x's ", C, " channels; got ",
+              c10::IntArrayRef(widths));
+  if (backend == Backend::kComposite) {
+    at::Tensor const y = conv1d_composite(x, weight, cu, silu, initial_state);
+    if (widths.size() == 1) return {y};
+    std::vector<at::Tensor> parts;
+    std::int64_t start = 0;
+    for (std::int64_t w : widths) {
+      parts.push_back(y.narrow(1, start, w).contiguous());
+      start += w;
+    }
+    return parts;
+  }
 
   TORCH_CHECK(conv1d_width_supported(W), op, ": ", conv1d_width_refusal(W), " (weight ", weight.sizes(),
               "); the composite backend runs every W in 1..4");
@@ -132,10 +180,24 @@ at::Tensor conv1d(at::Tensor const& x, at::Tensor const& weight, at::Tensor cons
   TORCH_CHECK(cu_seqlens.device() == x.device(), op, ": the fused kernel needs cu_seqlens on x's device ",
               x.device(), "; got ", cu_seqlens.device());
 #ifdef FUSEPACK_WITH_CUDA_KERNELS
-  return Conv1dFunction::apply(x, weight, cu_seqlens.contiguous(), silu);
+  return Conv1dFunction::apply(x, weight, cu_seqlens.contiguous(), silu, widths);
 #else
-  TORCH_CHECK(false, "conv1d: unreachable without CUDA kernels");
+  (void)silu;
+  TORCH_CHECK(false, op, ": unreachable without CUDA kernels");
 #endif
+}
+
+}  // namespace
+
+at::Tensor conv1d(at::Tensor const& x, at::Tensor const& weight, at::Tensor const& cu_seqlens, bool silu,
+                  Backend backend, at::Tensor const& initial_state) {
+  check_sizes("conv1d", "x", x, {-1, -1});
+  return conv1d_checked("conv1d", x, weight, cu_seqlens, silu, backend, initial_state, {x.size(1)}).front();
+}
+
+std::vector<at::Tensor> conv1d_parts(at::Tensor const& x, at::Tensor const& weight, at::Tensor const& cu_seqlens,
+                                     bool silu, std::vector<std::int64_t> const& widths, Backend backend) {
+  return conv1d_checked("conv1d_parts", x, weight, cu_seqlens, silu, backend, at::Tensor(), widths);
 }
 
 }  // namespace fusepack::ops

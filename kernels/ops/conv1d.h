@@ -7,6 +7,9 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <cstdint>
+#include <vector>
+
 namespace fusepack::ops {
 
 // x: [T, C] channel-last; weight: [C, W] with 1 <= W <= 4 (nn.Conv1d's [C, 1, W] weight squeezed), same dtype and
@@ -17,5 +20,13 @@ namespace fusepack::ops {
 // weight, dweight bitwise deterministic. Anything else is refused with the reason; nothing falls back.
 at::Tensor conv1d(at::Tensor const& x, at::Tensor const& weight, at::Tensor const& cu_seqlens, bool silu,
                   Backend backend, at::Tensor const& initial_state = {});
+
+// conv1d's y handed out in column parts: part i is y[:, s_i : s_i + widths[i]] as its own contiguous [T, widths[i]]
+// tensor (s_i the widths before it), equal to the bit to the columns of conv1d's y; the gradients too. 1..4 widths,
+// each >= 0, summing to C. The Gated DeltaNet's q, k and v: the fused kernel writes the parts and its backward reads
+// their gradients where they are, so neither the split nor the gradients' concatenation costs a pass over [T, C].
+// Composite: conv1d's y, its columns copied out.
+std::vector<at::Tensor> conv1d_parts(at::Tensor const& x, at::Tensor const& weight, at::Tensor const& cu_seqlens,
+                                     bool silu, std::vector<std::int64_t> const& widths, Backend backend);
 
 }  // namespace fusepack::ops

@@ -1,7 +1,8 @@
 // conv1d on both backends: the fused kernel against the fp64 reference under docs/contracts.md, numerics, with the
 // composite in the same dtype as baseline (suites *Fused*: labels kernels + gpu), forward and both gradients; the
 // composite on the CPU against the reference in fp64 (x, weight and initial_state gradients); the no-leak perturbation
-// property on the GPU; bitwise determinism of the fused backward; T = 0; bad input.
+// property on the GPU; bitwise determinism of the fused backward; conv1d_parts against conv1d's columns; T = 0; bad
+// input.
 #include "kernels/ops/check.h"
 #include "kernels/ops/conv1d.h"
 #include "kernels/ops/host_to_device.h"
@@ -224,6 +225,99 @@ TEST(Conv1dFused, RefusesCuSeqlensOnAnotherDevice) {
 }
 
 // ---------------------------------------------------------------------------------------------------------------
+// conv1d_parts: the columns of conv1d's y as separate tensors, and the gradients through them.
+
+// conv1d_parts and conv1d on one backend, for loss = Σ_i <dy_i, part_i> (parts listed in `unused` left out of the
+// loss: their gradient never arrives) against loss = <cat(dy_i, zeros for the unused), y>.
+struct PartsRun {
+  std::vector<at::Tensor> parts, whole_parts;  // conv1d_parts' outputs; conv1d's y cut into the same columns
+  Conv1dRun parts_grads, whole_grads;
+};
+
+PartsRun run_parts(Backend backend, at::Tensor const& x0, at::Tensor const& weight0, at::Tensor const& cu,
+                   std::vector<std::int64_t> const& widths, std::vector<at::Tensor> const& dy,
+                   std::vector<bool> const& unused) {
+  PartsRun r;
+  at::Tensor x = x0.detach().clone().requires_grad_(), weight = weight0.detach().clone().requires_grad_();
+  std::vector<at::Tensor> const parts = ops::conv1d_parts(x, weight, cu, /*silu=*/true, widths, backend);
+  at::Tensor loss = at::zeros({}, x.options().dtype(at::kDouble));
+  std::vector<at::Tensor> dy_whole;
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    r.parts.push_back(parts[i].detach());
+    if (!unused[i]) loss = loss + (parts[i].to(at::kDouble) * dy[i].to(at::kDouble)).sum();
+    dy_whole.push_back(unused[i] ? at::zeros_like(dy[i]) : dy[i]);
+  }
+  auto grads = torch::autograd::grad({loss}, {x, weight});
+  r.parts_grads = {at::Tensor(), grads[0], grads[1], at::Tensor()};
+  at::Tensor const y_dy = at::cat(dy_whole, 1);
+  r.whole_grads = run(backend, x0, weight0, cu, /*silu=*/true, y_dy);
+  std::int64_t start = 0;
+  for (std::int64_t w : widths) {
+    r.whole_parts.push_back(r.whole_grads.y.narrow(1, start, w));
+    start += w;
+  }
+  return r;
+}
+
+// Every part equals its columns of conv1d's y to the bit, and dx and dweight equal conv1d's for the concatenated
+// gradients (a part the loss leaves out contributes zeros), on the pack path (every part start a multiple of 4) and
+// the scalar path, with empty parts and empty examples. A part read at the wrong column or row stride fails here.
+TEST(Conv1dFused, PartsAreTheColumnsOfConv1dToTheBit) {
+  FUSEPACK_SKIP_WITHOUT_CUDA();
+  struct Case {
+    std::vector<std::int64_t> widths;
+    std::vector<bool> unused;
+  };
+  std::vector<Case> const cases = {
+      {{64, 64, 128}, {false, false, false}},  // the Gated DeltaNet's q, k, v (Kd, Kd, Vd)
+      {{64, 64, 128}, {false, true, false}},   // k's gradient never arrives
+      {{4, 12}, {false, false}},
+      {{0, 16, 0, 8}, {false, false, false, false}},  // empty parts
+      {{5, 8, 3}, {false, false, false}},             // a part starting off a pack: the scalar path
+      {{24}, {false}}};
+  auto rng = test_rng();
+  std::vector<std::int32_t> const cu = cu_seqlens_from_lengths({0, 33, 1, 0, 100, 7});
+  int64_t const T = cu.back();
+  at::Device const cuda(at::kCUDA);
+  at::Tensor const cut = cu_tensor(cu, cuda);
+  for (at::ScalarType st : {at::kBFloat16, at::kFloat}) {
+    for (Case const& c : cases) {
+      std::int64_t C = 0;
+      std::vector<at::Tensor> dy;
+      for (std::int64_t w : c.widths) {
+        C += w;
+        dy.push_back(to_torch(randn({T, w}, rng), st, cuda));
+      }
+      at::Tensor const x = to_torch(randn({T, C}, rng), st, cuda), weight = to_torch(randn({C, 4}, rng, 0.7), st, cuda);
+      PartsRun const r = run_parts(Backend::kFused, x, weight, cut, c.widths, dy, c.unused);
+      std::string const where = std::string(c10::toString(st)) + " widths " + c10::str(c10::IntArrayRef(c.widths));
+      ASSERT_EQ(r.parts.size(), c.widths.size()) << where;
+      for (std::size_t i = 0; i < r.parts.size(); ++i) {
+        EXPECT_TRUE(r.parts[i].is_contiguous()) << where << " part " << i;
+        EXPECT_TRUE(at::equal(r.parts[i], r.whole_parts[i])) << where << " part " << i;
+      }
+      EXPECT_TRUE(at::equal(r.parts_grads.dx, r.whole_grads.dx)) << where;
+      EXPECT_TRUE(at::equal(r.parts_grads.dweight, r.whole_grads.dweight)) << where;
+    }
+  }
+}
+
+// The composite's parts are conv1d's columns, and its gradients conv1d's, to the bit (fp64, on the CPU).
+TEST(Conv1dComposite, PartsAreTheColumnsOfConv1d) {
+  auto rng = test_rng();
+  std::vector<std::int32_t> const cu = cu_seqlens_from_lengths({3, 0, 9});
+  at::Tensor const x = to_torch(randn({12, 10}, rng), at::kDouble, at::kCPU);
+  at::Tensor const weight = to_torch(randn({10, 3}, rng, 0.7), at::kDouble, at::kCPU);
+  std::vector<at::Tensor> const dy = {to_torch(randn({12, 3}, rng), at::kDouble, at::kCPU),
+                                      to_torch(randn({12, 7}, rng), at::kDouble, at::kCPU)};
+  PartsRun const r = run_parts(Backend::kComposite, x, weight, cu_tensor(cu, at::kCPU), {3, 7}, dy, {false, false});
+  for (std::size_t i = 0; i < 2; ++i) EXPECT_TRUE(at::equal(r.parts[i], r.whole_parts[i])) << "part " << i;
+  // Exact: each column's gradient passes through the parts unchanged (the rest of a part's slot are added zeros).
+  EXPECT_TRUE(at::equal(r.parts_grads.dx, r.whole_grads.dx));
+  EXPECT_TRUE(at::equal(r.parts_grads.dweight, r.whole_grads.dweight));
+}
+
+// ---------------------------------------------------------------------------------------------------------------
 // Bad input, refused before anything runs, with the reason.
 
 void expect_refused(std::function<void()> const& call, std::string const& substring) {
@@ -313,6 +407,12 @@ TEST(Conv1dOps, RejectsBadInput) {
                  "the fused kernel does not take initial_state");
   // The fused backend never falls back: CPU tensors are refused with the reason.
   expect_refused([&] { ops::conv1d(x, w4, cu, true, fused); }, "CUDA");
+  expect_refused([&] { ops::conv1d_parts(x, w4, cu, true, {1, 2}, composite); },
+                 "conv1d_parts: widths must be 1..4 column counts summing to x's 4 channels; got [1, 2]");
+  expect_refused([&] { ops::conv1d_parts(x, w4, cu, true, {1, 1, 1, 1, 0}, composite); }, "got [1, 1, 1, 1, 0]");
+  expect_refused([&] { ops::conv1d_parts(x, w4, cu, true, {}, composite); }, "got []");
+  expect_refused([&] { ops::conv1d_parts(x, w4, cu, true, {6, -2}, composite); },
+                 "conv1d_parts: every width must be >= 0; got -2 in [6, -2]");
 }
 
 }  // namespace

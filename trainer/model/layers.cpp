@@ -76,8 +76,8 @@ at::Tensor gated_deltanet(at::Tensor const& x_TH, GatedDeltaNetWeights const& w,
     a_THv = at::linear(x_TH, w.in_proj_a);
   }
 
-  at::Tensor const conv_TC = ops::conv1d(mixed_TC, w.conv1d.squeeze(1), seq.cu_seqlens, /*silu=*/true, backend);
-  std::vector<at::Tensor> const qkv = split_columns(conv_TC, {Kd, Kd, Vd});
+  std::vector<at::Tensor> const qkv =
+      ops::conv1d_parts(mixed_TC, w.conv1d.squeeze(1), seq.cu_seqlens, /*silu=*/true, {Kd, Kd, Vd}, backend);
   at::Tensor const q_THkdk = qkv[0].view({T, Hk, dk});
   at::Tensor const k_THkdk = qkv[1].view({T, Hk, dk});
   at::Tensor const v_THvdv = qkv[2].view({T, Hv, dv});
