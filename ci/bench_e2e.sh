@@ -9,8 +9,10 @@
 #      rows x longest <= 8,192, bf16, sdpa, fused AdamW, no activation checkpointing; SKIP_HF=1 leaves it out.
 # Then one markdown table (ci/bench_e2e_summary.py, also written to $OUT_DIR/summary.md): per model, tokens/s averaged
 # over all steps including the first and the steady median (steps $WARMUP on, default 2) for both and their ratio,
-# the GPU-busy share and the GPU kernels per token of the profiled step, the peak GPU memory, and the baseline's
-# padding share. Logs, metrics and configs go to $OUT_DIR (default: <build dir>/bench-e2e). A model whose run fails
+# the GPU-busy share and the GPU kernels per token of the profiled step, the peak GPU memory, the baseline's padding
+# share, and the SM clock under load with the share of it throttled for power or heat (nvidia-smi sampled every 200 ms
+# during each run, when there is one: an H200 holding its 700 W cap runs the largest model's GEMMs 15-20% below its
+# boost clock). Logs, metrics and configs go to $OUT_DIR (default: <build dir>/bench-e2e). A model whose run fails
 # shows as FAILED with its log; the others still run, and the script exits non-zero at the end.
 #   ci/bench_e2e.sh [build dir]        (default: $FUSEPACK_BUILD_DIR or build)
 set -euo pipefail
@@ -48,11 +50,29 @@ logged() {  # rc file, log, command...
   return 0
 }
 
+# Runs a command with the GPU's SM clock, power draw and throttle reasons sampled into a CSV file every 200 ms (the
+# GPU the runs use: the first of CUDA_VISIBLE_DEVICES, else 0); just the command without nvidia-smi.
+sampled() {  # csv, command...
+  local csv=$1 pid=""
+  shift
+  if command -v nvidia-smi > /dev/null 2>&1; then
+    local gpu_id=${CUDA_VISIBLE_DEVICES:-0}
+    nvidia-smi -i "${gpu_id%%,*}" --query-gpu=clocks.sm,power.draw,clocks_throttle_reasons.active \
+      --format=csv,noheader,nounits -lms 200 > "$csv" 2>&1 &
+    pid=$!
+  fi
+  "$@"
+  if [ -n "$pid" ]; then
+    kill "$pid" 2> /dev/null || true
+    wait "$pid" 2> /dev/null || true
+  fi
+}
+
 for m in "${models[@]}"; do
-  rm -f "$out/fusepack-$m".{log,metrics.jsonl,rc} "$out/hf-$m".{log,json,rc} "$out/$m.json"
+  rm -f "$out/fusepack-$m".{log,metrics.jsonl,rc,gpu.csv} "$out/hf-$m".{log,json,rc,gpu.csv} "$out/$m.json"
 
   echo "[bench-e2e] $m: fusepack-train"
-  logged "$out/fusepack-$m.rc" "$out/fusepack-$m.log" \
+  sampled "$out/fusepack-$m.gpu.csv" logged "$out/fusepack-$m.rc" "$out/fusepack-$m.log" \
     "$train" --preset "$m" --device cuda --dtype bf16 --backend fused --batching packed --pairing fill \
     --budget "$budget" --data "$data" --steps "$steps" --profile-step "$profile_step" --no-progress \
     --metrics "$out/fusepack-$m.metrics.jsonl" ${train_args[@]+"${train_args[@]}"}
@@ -66,7 +86,7 @@ for m in "${models[@]}"; do
       >> "$out/hf-$m.log"
     echo 2 > "$out/hf-$m.rc"
   else
-    logged "$out/hf-$m.rc" "$out/hf-$m.log" \
+    sampled "$out/hf-$m.gpu.csv" logged "$out/hf-$m.rc" "$out/hf-$m.log" \
       "$hf_python" ci/hf_baseline.py --config "$out/$m.json" --steps "$steps" --warmup "$warmup" --budget "$budget" \
       --device cuda --profile-step "$profile_step" --json "$out/hf-$m.json"
   fi

@@ -3,14 +3,17 @@
 (ci/hf_baseline.py), read from the files the script leaves in its out dir:
   fusepack-M.log, fusepack-M.metrics.jsonl, fusepack-M.rc   fusepack-train's log, --metrics file and exit status
   hf-M.log, hf-M.json, hf-M.rc                              the baseline's log, --json file and exit status
+  fusepack-M.gpu.csv, hf-M.gpu.csv                          nvidia-smi samples during each run (optional)
 (an .rc file holds the exit status; without one a run counts as finished when its numbers are there).
 
 Per model: tokens/s averaged over all steps including the first (Σ tokens / Σ step times) and the steady median (the
 median tokens/s of the steps from --warmup on, the profiled step left out) for both, their ratio fusepack ÷ HF, the
 GPU-busy share of the profiled step (GPU kernel time / step wall time) and its estimate for the steady steps (the
 profiled step's GPU kernel time per token x the steady tokens/s: the profiler's own host work slows the profiled step,
-not its kernels), the peak GPU memory allocated, GPU kernels per token in the profiled step, and the baseline's
-padding share. Tokens are real (non-padding) tokens on both sides.
+not its kernels), the peak GPU memory allocated, GPU kernels per token in the profiled step, the baseline's padding
+share, and the GPU's SM clock under load with the share of loaded samples it was throttled for power or heat (from
+M's nvidia-smi samples, fusepack-M.gpu.csv and hf-M.gpu.csv: the same model can run 15-20% slower when the board
+holds its power cap). Tokens are real (non-padding) tokens on both sides.
 
 usage: bench_e2e_summary.py OUT_DIR MODEL [MODEL...] [--warmup 2] [--profile-step 3] [--skip-hf]
 Prints the table (markdown) on stdout. Exit status 0 when every run finished, 1 when a run failed or is missing (it
@@ -33,6 +36,13 @@ PROFILE_HEAD = re.compile(r"profile of step (\d+)")
 PROFILE_KERNELS = re.compile(r"^\s*GPU kernels:\s+([\d,]+) \(\+ ([\d,]+) memcpy/memset\)", re.M)
 PROFILE_WALL = re.compile(r"^\s*step wall time: ([\d.]+) ms", re.M)
 PROFILE_KERNEL_TIME = re.compile(r"^\s*GPU kernel time: ([\d.]+) ms", re.M)
+
+
+# Throttle-reason bits of nvidia-smi's clocks_throttle_reasons.active (NVML's nvmlClocksEventReasons): for power,
+# the software power cap (0x4) and the hardware power brake (0x80); for heat, hardware slowdown (0x8) and the software
+# and hardware thermal slowdowns (0x20, 0x40).
+THROTTLE_POWER = 0x4 | 0x80
+THROTTLE_HEAT = 0x8 | 0x20 | 0x40
 
 
 class Missing(Exception):
@@ -103,6 +113,28 @@ def log_steps(log):
         if rate > 0:
             steps.append((int(m.group(1)), int(tokens), tokens / rate))
     return steps
+
+
+def gpu_clocks(path):
+    """The GPU's clock under load from nvidia-smi samples ('clocks.sm, power.draw, clocks_throttle_reasons.active'
+    with noheader,nounits: '1650, 698.41, 0x0000000000000004' per line): the median SM clock (MHz) of the loaded
+    samples, those drawing at least half the run's highest power (start-up, data loading and the idle GPU between
+    steps left out), and the share of them throttled for power or heat. None when the file is missing or holds no
+    sample (nvidia-smi failed: its message is not a sample)."""
+    samples = []
+    for line in (read_text(path) or "").splitlines():
+        fields = [f.strip() for f in line.split(",")]
+        try:
+            samples.append((float(fields[0]), float(fields[1]), int(fields[2], 16)))
+        except (ValueError, IndexError):
+            continue
+    if not samples:
+        return None
+    top = max(power for _, power, _ in samples)
+    loaded = [(clock, reasons) for clock, power, reasons in samples if power >= top / 2]
+    throttled = sum(1 for _, reasons in loaded if reasons & (THROTTLE_POWER | THROTTLE_HEAT))
+    return {"clock_mhz": statistics.median(clock for clock, _ in loaded), "throttled": throttled / len(loaded),
+            "samples": len(loaded)}
 
 
 def fusepack_run(out_dir, model, warmup, profile_step):
@@ -180,6 +212,8 @@ def fmt(value, kind):
         return f"{100 * value:.1f}%"
     if kind == "gib":
         return f"{value:.2f}"
+    if kind == "clock":
+        return f"{value['clock_mhz']:,.0f} ({100 * value['throttled']:.0f}%)"
     return f"{value:.3f}"
 
 
@@ -198,12 +232,13 @@ HEADER = ("| model | fusepack tokens/s (avg incl. first / steady median) "
           "| HF tokens/s (avg incl. first / steady median) | fusepack ÷ HF (avg / steady) "
           "| GPU busy, profiled step (fusepack / HF) | GPU busy, steady estimate (fusepack / HF) "
           "| peak memory GiB (fusepack / HF) "
-          "| GPU kernels per token (fusepack / HF) | HF padding |")
+          "| GPU kernels per token (fusepack / HF) | HF padding "
+          "| SM clock under load, MHz (throttled share) (fusepack / HF) |")
 
 
 def summary(out_dir, models, warmup=2, profile_step=3, skip_hf=False):
     """The table's text and the failures: (text, [(side, model, why, log path)])."""
-    lines = [HEADER, "|" + "---|" * 9]
+    lines = [HEADER, "|" + "---|" * 10]
     failures = []
     for model in models:
         cells = {}
@@ -224,13 +259,19 @@ def summary(out_dir, models, warmup=2, profile_step=3, skip_hf=False):
         f, h = runs["fusepack"], runs["HF"]
         ratios = "—" if f is None or h is None else f"{ratio(f, h, 'avg')} / {ratio(f, h, 'steady')}"
         padding = fmt(h.get("padding"), "share") if h is not None else "—"
+        clocks = " / ".join(
+            "—" if c is None else fmt(c, "clock")
+            for c in (gpu_clocks(os.path.join(out_dir, f"{side}-{model}.gpu.csv")) for side in ("fusepack", "hf")))
         lines.append(f"| {model} | {cells['fusepack']} | {cells['HF']} | {ratios} | {pair(f, h, 'busy', 'share')} | {pair(f, h, 'busy_steady', 'share')} | "
-                     f"{pair(f, h, 'peak_gib', 'gib')} | {pair(f, h, 'kernels_per_token', 'per_token')} | {padding} |")
+                     f"{pair(f, h, 'peak_gib', 'gib')} | {pair(f, h, 'kernels_per_token', 'per_token')} | {padding} | "
+                     f"{clocks} |")
     lines.append("")
     lines.append(f"avg incl. first: Σ tokens / Σ step times over all steps; steady median: median tokens/s of steps "
                  f"{warmup} on, the profiled step left out; tokens are real (non-padding) tokens; GPU busy: GPU kernel "
                  f"time / step wall time of the profiled step; steady estimate: the profiled step's GPU kernel time per "
-                 f"token x the steady tokens/s (the profiler slows the host, not the kernels).")
+                 f"token x the steady tokens/s (the profiler slows the host, not the kernels); SM clock: the median "
+                 f"of the nvidia-smi samples drawing at least half the run's highest power, and the share of them "
+                 f"throttled for power or heat (— where nothing was sampled).")
     for side, model, why, log in failures:
         lines.append(f"FAILED: {side} {model}: {why}; log {log}")
     return "\n".join(lines) + "\n", failures

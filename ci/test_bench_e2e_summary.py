@@ -85,6 +85,21 @@ def hf_json():
                         "kernels_per_token": 1.9}}
 
 
+# nvidia-smi --query-gpu=clocks.sm,power.draw,clocks_throttle_reasons.active --format=csv,noheader,nounits -lms 200
+# during a run. The highest draw is 701.0 W, so the loaded samples draw >= 350.5 W: the idle one (80.5 W) is left out.
+# Loaded clocks 1980, 1650, 1500, 1700, 1900, 1400: median 1675; throttled for power (0x4 twice, 0x80) or heat (0x40):
+# 4 of 6; 0x2 (application clocks) is no throttle.
+GPU_CSV = "\n".join([
+    "345, 80.5, 0x0000000000000001",
+    "1980, 420.0, 0x0000000000000000",
+    "1650, 699.2, 0x0000000000000004",
+    "1500, 701.0, 0x0000000000000004",
+    "1700, 650.0, 0x0000000000000040",
+    "1900, 500.0, 0x0000000000000002",
+    "1400, 360.0, 0x0000000000000080",
+]) + "\n"
+
+
 class OutDir(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.TemporaryDirectory()
@@ -197,6 +212,23 @@ class HfRun(OutDir):
             summary.hf_run(self.out, MODEL, 2)
 
 
+class GpuClocks(OutDir):
+    def test_the_median_clock_and_throttled_share_of_the_loaded_samples(self):
+        self.write("f.gpu.csv", GPU_CSV)
+        c = summary.gpu_clocks(os.path.join(self.out, "f.gpu.csv"))
+        self.assertEqual(c["samples"], 6)
+        self.assertEqual(c["clock_mhz"], 1675)
+        self.assertAlmostEqual(c["throttled"], 4 / 6)
+        self.assertEqual(summary.fmt(c, "clock"), "1,675 (67%)")
+
+    def test_a_message_of_a_failed_nvidia_smi_is_no_sample(self):
+        self.write("f.gpu.csv", 'Field "clocks_throttle_reasons.active" is not a valid field to query.\n')
+        self.assertIsNone(summary.gpu_clocks(os.path.join(self.out, "f.gpu.csv")))
+        self.write("g.gpu.csv", 'Field "x" is not a valid field to query.\n' + GPU_CSV)
+        self.assertEqual(summary.gpu_clocks(os.path.join(self.out, "g.gpu.csv"))["samples"], 6)
+        self.assertIsNone(summary.gpu_clocks(os.path.join(self.out, "missing.gpu.csv")))
+
+
 class Table(OutDir):
     def test_the_row_of_two_finished_runs(self):
         self.write_fusepack()
@@ -204,9 +236,9 @@ class Table(OutDir):
         rc, text = self.main()
         self.assertEqual(rc, 0, text)
         self.assertTrue(text.startswith("| model | fusepack tokens/s (avg incl. first / steady median) |"), text)
-        self.assertEqual(text.splitlines()[1], "|---|---|---|---|---|---|---|---|---|")
+        self.assertEqual(text.splitlines()[1], "|---|---|---|---|---|---|---|---|---|---|")
         cells = self.row(text)
-        self.assertEqual(len(cells), 9)
+        self.assertEqual(len(cells), 10)
         self.assertEqual(cells[1], "19,918 / 163,600")
         self.assertEqual(cells[2], "2,989 / 4,500")
         self.assertEqual(cells[3], f"{F_AVG / H_AVG:.1f}× / {F_STEADY / H_STEADY:.1f}×")
@@ -217,7 +249,16 @@ class Table(OutDir):
         self.assertEqual(cells[6], "8.08 / 71.50")
         self.assertEqual(cells[7], "0.501 / 1.900")
         self.assertEqual(cells[8], "33.8%")
+        self.assertEqual(cells[9], "— / —")  # nothing sampled
         self.assertNotIn("FAILED", text)
+
+    def test_the_clock_cell_of_a_sampled_run(self):
+        self.write_fusepack()
+        self.write_hf()
+        self.write(f"fusepack-{MODEL}.gpu.csv", GPU_CSV)
+        rc, text = self.main()
+        self.assertEqual(rc, 0, text)
+        self.assertEqual(self.row(text)[9], "1,675 (67%) / —")
 
     def test_a_failed_fusepack_run_is_failed_with_its_log_and_the_exit_status_is_1(self):
         self.write_fusepack(rc=1)
