@@ -33,8 +33,10 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <optional>
+#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -464,8 +466,7 @@ std::vector<double> example_losses(Qwen35ForCausalLM const& m, ModelBatch const&
 // loss sums of an fp64 model, with the token mixers of the kind `leaky` seeing the whole pack as one example (positions
 // still restart per example): a planted leak, kept in the test so the production forward carries no test hook. With
 // `leaky` unset it is the model's forward, which the test below checks first.
-std::vector<double> composed_example_losses(Qwen35ForCausalLM const& m, ModelBatch const& b,
-                                            std::optional<LayerType> leaky) {
+at::Tensor composed_logits(Qwen35ForCausalLM const& m, ModelBatch const& b, std::optional<LayerType> leaky) {
   at::NoGradGuard no_grad;
   Qwen35Config const& c = m.config();
   model::LocalWeights w(c, m.named_parameters(), m.mixed_precision());
@@ -485,11 +486,15 @@ std::vector<double> composed_example_losses(Qwen35ForCausalLM const& m, ModelBat
     x = x + model::mlp(ops::rmsnorm(x, lw.post_attention_layernorm, c.rms_norm_eps, composite), lw.mlp, composite);
   }
   model::GroupWeights const head = w.acquire(model::WeightGroup::head());
-  at::Tensor const logits =
-      at::linear(ops::rmsnorm(x, head.at("model.norm.weight"), c.rms_norm_eps, composite),
-                 head.at(c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight"));
+  return at::linear(ops::rmsnorm(x, head.at("model.norm.weight"), c.rms_norm_eps, composite),
+                    head.at(c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight"));
+}
+
+std::vector<double> composed_example_losses(Qwen35ForCausalLM const& m, ModelBatch const& b,
+                                            std::optional<LayerType> leaky) {
+  at::NoGradGuard no_grad;
   at::Tensor const token_loss =
-      at::cross_entropy_loss(logits, b.labels, {}, at::Reduction::None, model::kIgnoreIndex);
+      at::cross_entropy_loss(composed_logits(m, b, leaky), b.labels, {}, at::Reduction::None, model::kIgnoreIndex);
   return to_vector(at::zeros({b.num_examples}, token_loss.options()).index_add(0, b.seq_idx, token_loss));
 }
 
@@ -564,6 +569,77 @@ TEST(Qwen35Model, PlantedLeaksAreCaughtByThePackedVsPaddedComparison) {
     EXPECT_GT(r.budget_used, 1e3) << name << ": the leak should exceed the tolerance by orders of magnitude";
     EXPECT_NEAR(leaky[0], padded[0], 1e-10 * std::abs(padded[0])) << name << ": the first example sees nothing earlier";
   }
+}
+
+// The model-level no-leak property, to the bit: an example's logits depend on no other example of its pack. Each
+// example in turn is redrawn (new tokens and labels, same length, so the pack's layout stays); the logits rows of
+// every other example must stay bitwise equal, and the redrawn one's must change (else the check proves nothing).
+// Returns the leaks found, "example i changed when example j was redrawn", and the redraws that changed nothing.
+// `logits_of`: the packed batch's [T, vocab] logits.
+std::vector<std::string> leaks_between_examples(std::vector<Example> const& examples, int vocab,
+                                                std::function<at::Tensor(packing::PackedBatch const&)> const& logits_of,
+                                                std::mt19937_64& rng) {
+  std::vector<std::string> found;
+  packing::PackedBatch const packed = packing::make_packed_batch(examples);
+  at::Tensor const base = logits_of(packed).to(at::kCPU);
+  std::vector<std::int32_t> const& cu = packed.cu_seqlens;
+  auto rows = [&](at::Tensor const& logits, std::size_t i) { return logits.narrow(0, cu[i], cu[i + 1] - cu[i]); };
+  for (std::size_t j = 0; j < examples.size(); ++j) {
+    std::vector<Example> redrawn = examples;
+    do {
+      redrawn[j] = random_examples(rng, {static_cast<int>(examples[j].input_ids.size())}, vocab)[0];
+    } while (redrawn[j].input_ids == examples[j].input_ids);
+    at::Tensor const logits = logits_of(packing::make_packed_batch(redrawn)).to(at::kCPU);
+    for (std::size_t i = 0; i < examples.size(); ++i) {
+      bool const same = at::equal(rows(logits, i), rows(base, i));
+      if (i != j && !same) {
+        found.push_back("example " + std::to_string(i) + " changed when example " + std::to_string(j) +
+                        " was redrawn");
+      }
+      if (i == j && same) found.push_back("redrawing example " + std::to_string(j) + " changed nothing");
+    }
+  }
+  return found;
+}
+
+// Lengths for the no-leak property: a length-1 example first and between others, examples ending just before, at and
+// past the gated delta rule's 64-token chunk boundary, short ones.
+std::vector<int> isolation_lengths() { return {1, 70, 9, 64, 1, 33, 63, 4}; }
+
+TEST(Qwen35Model, AnExamplesLogitsDependOnNoOtherExampleToTheBit) {
+  auto rng = test_rng();
+  Qwen35ForCausalLM const m = tiny_fp64_model(test_seed());
+  model::ForwardOptions o;
+  o.return_logits = true;
+  auto logits_of = [&](packing::PackedBatch const& p) {
+    at::NoGradGuard no_grad;
+    return m.forward(model::make_model_batch(p, at::kCPU), o).logits;
+  };
+  std::vector<std::string> const leaks = leaks_between_examples(random_examples(rng, isolation_lengths(), 256), 256,
+                                                                logits_of, rng);
+  EXPECT_TRUE(leaks.empty()) << leaks.size() << " leaks, the first: " << (leaks.empty() ? "" : leaks.front());
+}
+
+// The property must be able to fail: with the DeltaNet layers (or the attention layers) seeing the pack as one
+// example, every example after the first reads its predecessors, and the property names them.
+TEST(Qwen35Model, PlantedLeaksFailTheModelLevelNoLeakProperty) {
+  auto rng = test_rng();
+  Qwen35ForCausalLM const m = tiny_fp64_model(test_seed());
+  std::vector<Example> const examples = random_examples(rng, isolation_lengths(), 256);
+  for (LayerType leak : {LayerType::kLinearAttention, LayerType::kFullAttention}) {
+    auto logits_of = [&](packing::PackedBatch const& p) {
+      return composed_logits(m, model::make_model_batch(p, at::kCPU), leak);
+    };
+    std::vector<std::string> const leaks = leaks_between_examples(examples, 256, logits_of, rng);
+    ASSERT_FALSE(leaks.empty()) << "the planted leak went unnoticed: " << model::layer_type_name(leak);
+    std::printf("[ planted  ] %s spans the pack: %zu leaks, the first: %s\n", model::layer_type_name(leak),
+                leaks.size(), leaks.front().c_str());
+  }
+  // The composed forward without a leak passes: the failures above are the plant's.
+  auto clean = [&](packing::PackedBatch const& p) {
+    return composed_logits(m, model::make_model_batch(p, at::kCPU), std::nullopt);
+  };
+  EXPECT_TRUE(leaks_between_examples(examples, 256, clean, rng).empty());
 }
 
 // Central differences of the fp64 loss sum for chosen elements of parameters of every kind (embedding, each
@@ -875,6 +951,31 @@ TEST(LocalWeights, ComputeCopiesServeWhileTheirMastersAreUnchanged) {
 TEST(LocalWeightsCuda, ComputeCopiesServeWhileTheirMastersAreUnchanged) {
   FUSEPACK_SKIP_WITHOUT_CUDA();
   expect_compute_copies_follow_their_masters(at::Device(at::kCUDA, 0));
+}
+
+// The model-level no-leak property through every fused kernel in bf16 (qwen35-tiny64: its DeltaNet heads of 64 run
+// fused): an example's logits depend on no other example of its pack, to the bit.
+TEST(ModelCuda, AnExamplesFusedBf16LogitsDependOnNoOtherExampleToTheBit) {
+  FUSEPACK_SKIP_WITHOUT_CUDA();
+  at::Device const cuda(at::kCUDA, 0);
+  Qwen35Config const c = model::preset("qwen35-tiny64");
+  ModelOptions o;
+  o.compute_dtype = at::kBFloat16;
+  o.device = cuda;
+  o.backend = ops::Backend::kFused;
+  o.seed = test_seed();
+  Qwen35ForCausalLM const m(c, o);
+  model::ForwardOptions fo;
+  fo.return_logits = true;
+  auto logits_of = [&](packing::PackedBatch const& p) {
+    at::NoGradGuard no_grad;
+    return m.forward(model::make_model_batch(p, cuda), fo).logits;
+  };
+  auto rng = test_rng();
+  int const vocab = static_cast<int>(std::min<std::int64_t>(c.vocab_size, 256));
+  std::vector<std::string> const leaks =
+      leaks_between_examples(random_examples(rng, isolation_lengths(), vocab), vocab, logits_of, rng);
+  EXPECT_TRUE(leaks.empty()) << leaks.size() << " leaks, the first: " << (leaks.empty() ? "" : leaks.front());
 }
 
 #ifdef FUSEPACK_TEST_CUDA_SLEEP
