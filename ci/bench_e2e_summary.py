@@ -9,11 +9,12 @@
 Per model: tokens/s averaged over all steps including the first (Σ tokens / Σ step times) and the steady median (the
 median tokens/s of the steps from --warmup on, the profiled step left out) for both, their ratio fusepack ÷ HF, the
 GPU-busy share of the profiled step (GPU kernel time / step wall time) and its estimate for the steady steps (the
-profiled step's GPU kernel time per token x the steady tokens/s: the profiler's own host work slows the profiled step,
-not its kernels), the peak GPU memory allocated, GPU kernels per token in the profiled step, the baseline's padding
-share, and the GPU's SM clock under load with the share of loaded samples it was throttled for power or heat (from
-M's nvidia-smi samples, fusepack-M.gpu.csv and hf-M.gpu.csv: the same model can run 15-20% slower when the board
-holds its power cap). Tokens are real (non-padding) tokens on both sides.
+profiled step's GPU kernel time per token x the steady tokens/s: the profiler's own host work slows the profiled step
+much more than its kernels, whose tracing adds a little to their time, so the estimate can pass 100%), the peak GPU
+memory allocated, GPU kernels per token in the profiled step, the baseline's padding share, and the GPU's SM clock
+under load with the share of loaded samples it was throttled for power or heat (from M's nvidia-smi samples,
+fusepack-M.gpu.csv and hf-M.gpu.csv: the same model can run 15-20% slower when the board holds its power cap). Tokens
+are real (non-padding) tokens on both sides.
 
 usage: bench_e2e_summary.py OUT_DIR MODEL [MODEL...] [--warmup 2] [--profile-step 3] [--skip-hf]
 Prints the table (markdown) on stdout. Exit status 0 when every run finished, 1 when a run failed or is missing (it
@@ -269,9 +270,10 @@ def summary(out_dir, models, warmup=2, profile_step=3, skip_hf=False):
     lines.append(f"avg incl. first: Σ tokens / Σ step times over all steps; steady median: median tokens/s of steps "
                  f"{warmup} on, the profiled step left out; tokens are real (non-padding) tokens; GPU busy: GPU kernel "
                  f"time / step wall time of the profiled step; steady estimate: the profiled step's GPU kernel time per "
-                 f"token x the steady tokens/s (the profiler slows the host, not the kernels); SM clock: the median "
-                 f"of the nvidia-smi samples drawing at least half the run's highest power, and the share of them "
-                 f"throttled for power or heat (— where nothing was sampled).")
+                 f"token x the steady tokens/s (the profiler slows the host much more than the kernels, whose tracing "
+                 f"adds a little: the estimate can pass 100%); SM clock: the median of the nvidia-smi samples drawing "
+                 f"at least half the run's highest power, and the share of them throttled for power or heat (— where "
+                 f"nothing was sampled).")
     for side, model, why, log in failures:
         lines.append(f"FAILED: {side} {model}: {why}; log {log}")
     return "\n".join(lines) + "\n", failures
