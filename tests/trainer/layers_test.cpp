@@ -369,5 +369,52 @@ TEST(SplitColumns, GivesNarrowsPartsAndGradient) {
   expect_torch_error([&] { model::split_columns(x0.view({45}), {45}); }, "must be 2-D");
 }
 
+// shared_input_linear against separate at::linear calls under autograd (fp64): the same outputs and weight gradients
+// to the bit (the same products), and the same input gradient up to the order of the sum (its products accumulated by
+// the GEMMs instead of added after: 1e-14 relative covers an fp64 reordering of three terms of O(10), a dropped or
+// doubled product moves it by O(1)), with every output used and with one unused (its gradient missing: no term).
+TEST(SharedInputLinear, GivesSeparateLinearsOutputsAndGradients) {
+  auto rng = test_rng();
+  at::Tensor const x0 = to_torch(randn({7, 6}, rng), at::kDouble, at::kCPU);
+  std::vector<at::Tensor> w0;
+  for (std::int64_t rows : {5, 3, 4}) w0.push_back(to_torch(randn({rows, 6}, rng), at::kDouble, at::kCPU));
+  for (bool use_middle : {true, false}) {
+    std::vector<at::Tensor> dy;
+    for (at::Tensor const& w : w0) dy.push_back(to_torch(randn({7, w.size(0)}, rng), at::kDouble, at::kCPU));
+    auto loss_of = [&](std::vector<at::Tensor> const& outs) {
+      at::Tensor loss = at::zeros({}, at::kDouble);
+      for (std::size_t i = 0; i < outs.size(); ++i) {
+        if (i != 1 || use_middle) loss = loss + (outs[i] * dy[i]).sum();
+      }
+      return loss;
+    };
+    at::Tensor x = x0.clone().requires_grad_(), y = x0.clone().requires_grad_();
+    std::vector<at::Tensor> wx, wy;
+    for (at::Tensor const& w : w0) {
+      wx.push_back(w.clone().requires_grad_());
+      wy.push_back(w.clone().requires_grad_());
+    }
+    std::vector<at::Tensor> const shared = model::shared_input_linear(x, wx);
+    std::vector<at::Tensor> separate;
+    for (at::Tensor const& w : wy) separate.push_back(at::linear(y, w));
+    ASSERT_EQ(shared.size(), separate.size());
+    for (std::size_t i = 0; i < shared.size(); ++i) EXPECT_TRUE(at::equal(shared[i], separate[i])) << "output " << i;
+    loss_of(shared).backward();
+    loss_of(separate).backward();
+    EXPECT_TRUE(at::allclose(x.grad(), y.grad(), 1e-14, 0)) << "middle used: " << use_middle << "\n"
+                                                             << x.grad() - y.grad();
+    for (std::size_t i = 0; i < wx.size(); ++i) {
+      if (i == 1 && !use_middle) {
+        EXPECT_FALSE(wx[i].grad().defined()) << "an unused output gives its weight no gradient";
+        continue;
+      }
+      EXPECT_TRUE(at::equal(wx[i].grad(), wy[i].grad())) << "weight " << i << ", middle used: " << use_middle;
+    }
+  }
+  expect_torch_error([&] { model::shared_input_linear(x0, {w0[0], at::ones({2, 5}, at::kDouble)}); },
+                     "weight 1 must be [O, 6] in Double on cpu; got shape [2, 5]");
+  expect_torch_error([&] { model::shared_input_linear(x0.view({42}), w0); }, "x must be 2-D");
+}
+
 }  // namespace
 }  // namespace fusepack::test

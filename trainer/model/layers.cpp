@@ -49,7 +49,57 @@ struct SplitColumnsFunction : torch::autograd::Function<SplitColumnsFunction> {
   }
 };
 
+struct SharedInputLinearFunction : torch::autograd::Function<SharedInputLinearFunction> {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, at::Tensor const& x,
+                                                at::TensorList weights) {
+    torch::autograd::variable_list saved{x};
+    torch::autograd::variable_list out;
+    for (at::Tensor const& w : weights) {
+      out.push_back(at::mm(x, w.t()));
+      saved.push_back(w);
+    }
+    ctx->save_for_backward(saved);
+    ctx->set_materialize_grads(false);  // an unused output's gradient stays undefined: it adds nothing
+    return out;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto const saved = ctx->get_saved_variables();
+    at::Tensor const& x = saved[0];
+    torch::autograd::variable_list out(grads.size() + 1);  // dx, then one per weight
+    bool const want_dx = ctx->needs_input_grad(0);
+    for (std::size_t i = 0; i < grads.size(); ++i) {
+      if (!grads[i].defined()) continue;
+      at::Tensor const& w = saved[i + 1];
+      if (want_dx) {
+        if (out[0].defined()) {
+          out[0].addmm_(grads[i], w);
+        } else {
+          out[0] = at::mm(grads[i], w);
+        }
+      }
+      if (ctx->needs_input_grad(i + 1)) out[i + 1] = at::mm(grads[i].t(), x);
+    }
+    if (want_dx && !out[0].defined()) out[0] = at::zeros_like(x);
+    return out;
+  }
+};
+
 }  // namespace
+
+std::vector<at::Tensor> shared_input_linear(at::Tensor const& x, std::vector<at::Tensor> const& weights) {
+  TORCH_CHECK(x.dim() == 2, "shared_input_linear: x must be 2-D [R, H]; got shape ", x.sizes());
+  TORCH_CHECK(!weights.empty(), "shared_input_linear: no weights");
+  for (std::size_t i = 0; i < weights.size(); ++i) {
+    at::Tensor const& w = weights[i];
+    TORCH_CHECK(w.dim() == 2 && w.size(1) == x.size(1) && w.scalar_type() == x.scalar_type() &&
+                    w.device() == x.device(),
+                "shared_input_linear: weight ", i, " must be [O, ", x.size(1), "] in ", x.scalar_type(), " on ",
+                x.device(), "; got shape ", w.sizes(), " in ", w.scalar_type(), " on ", w.device());
+  }
+  return SharedInputLinearFunction::apply(x, at::TensorList(weights));  // a TensorList: each weight gets its edge
+}
 
 std::vector<at::Tensor> split_columns(at::Tensor const& x, std::vector<std::int64_t> const& widths) {
   TORCH_CHECK(x.dim() == 2, "split_columns: x must be 2-D [R, C]; got shape ", x.sizes());
@@ -70,10 +120,11 @@ at::Tensor gated_deltanet(at::Tensor const& x_TH, GatedDeltaNetWeights const& w,
   at::Tensor mixed_TC, z_THvdv, b_THv, a_THv;
   {
     FUSEPACK_PROFILE_RANGE(range, kProjections);
-    mixed_TC = at::linear(x_TH, w.in_proj_qkv);
-    z_THvdv = at::linear(x_TH, w.in_proj_z).view({T, Hv, dv});
-    b_THv = at::linear(x_TH, w.in_proj_b);
-    a_THv = at::linear(x_TH, w.in_proj_a);
+    std::vector<at::Tensor> const p = shared_input_linear(x_TH, {w.in_proj_qkv, w.in_proj_z, w.in_proj_b, w.in_proj_a});
+    mixed_TC = p[0];
+    z_THvdv = p[1].view({T, Hv, dv});
+    b_THv = p[2];
+    a_THv = p[3];
   }
 
   std::vector<at::Tensor> const qkv =
@@ -103,9 +154,10 @@ at::Tensor gated_attention(at::Tensor const& x_TH, AttentionWeights const& w, Qw
   at::Tensor qg_THq2D, k_THkvD, v_THkvD;
   {
     FUSEPACK_PROFILE_RANGE(range, kProjections);
-    qg_THq2D = at::linear(x_TH, w.q_proj).view({T, Hq, 2 * D});  // per head [query | gate]
-    k_THkvD = at::linear(x_TH, w.k_proj).view({T, Hkv, D});
-    v_THkvD = at::linear(x_TH, w.v_proj).view({T, Hkv, D});
+    std::vector<at::Tensor> const p = shared_input_linear(x_TH, {w.q_proj, w.k_proj, w.v_proj});
+    qg_THq2D = p[0].view({T, Hq, 2 * D});  // per head [query | gate]
+    k_THkvD = p[1].view({T, Hkv, D});
+    v_THkvD = p[2].view({T, Hkv, D});
   }
   std::vector<at::Tensor> const query_gate = split_columns(qg_THq2D.view({T * Hq, 2 * D}), {D, D});
   at::Tensor const gate_THqD = query_gate[1].view({T, Hq, D});
@@ -124,8 +176,9 @@ at::Tensor mlp(at::Tensor const& x_TH, MlpWeights const& w, ops::Backend backend
   at::Tensor gate_TI, up_TI;
   {
     FUSEPACK_PROFILE_RANGE(range, kMlp);
-    gate_TI = at::linear(x_TH, w.gate_proj);
-    up_TI = at::linear(x_TH, w.up_proj);
+    std::vector<at::Tensor> const p = shared_input_linear(x_TH, {w.gate_proj, w.up_proj});
+    gate_TI = p[0];
+    up_TI = p[1];
   }
   at::Tensor const h_TI = ops::swiglu(gate_TI, up_TI, backend);
   FUSEPACK_PROFILE_RANGE(range, kMlp);

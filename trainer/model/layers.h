@@ -56,6 +56,13 @@ struct MlpWeights {
 // values: the sum only ever added zeros.
 std::vector<at::Tensor> split_columns(at::Tensor const& x, std::vector<std::int64_t> const& widths);
 
+// y_i = x · W_iᵀ for projections that read the same input (a token mixer's input projections, the MLP's gate and up).
+// The forward is one GEMM per weight; the backward accumulates dx = Σ dy_i · W_i in the GEMMs themselves (each product
+// added into dx by its GEMM, beta = 1) where autograd's separate linears would add their products with one more
+// elementwise pass over [R, H] each, and dW_i = dy_iᵀ · x. An output whose gradient never arrives adds nothing.
+// x: [R, H]; weights: [O_i, H], x's dtype and device; returns [R, O_i] per weight.
+std::vector<at::Tensor> shared_input_linear(at::Tensor const& x, std::vector<at::Tensor> const& weights);
+
 // in_proj_qkv → causal conv1d + SiLU per example over the q|k|v channels → split → g = −exp(A_log)·softplus(a +
 // dt_bias) (fp32; fp64 for fp64 activations) and β = σ(b) → gated delta rule with l2-normalised q, k and scale dk^-1/2
 // → gated RMSNorm with silu(z) per head → out_proj. x_TH: [T, H]; returns [T, H].
