@@ -842,13 +842,13 @@ TEST(Qwen35Model, ComputeDtypeCastsTheWeightsAndGradientsReachTheMasterWeights) 
   }
 }
 
-// bf16 compute over fp32 masters, composite ops, on `device`.
-ModelOptions composite_bf16_over_fp32(at::Device device) {
+// bf16 compute over fp32 masters on `device`, every op on `backend`.
+ModelOptions bf16_over_fp32(at::Device device, ops::Backend backend = ops::Backend::kComposite) {
   ModelOptions o;
   o.dtype = at::kFloat;
   o.compute_dtype = at::kBFloat16;
   o.device = device;
-  o.backend = ops::Backend::kComposite;
+  o.backend = backend;
   return o;
 }
 
@@ -859,7 +859,7 @@ ModelOptions composite_bf16_over_fp32(at::Device device) {
 // compared bitwise, since a cast of each tensor by itself is the definition.
 void expect_group_casts_are_per_tensor_casts(at::Device device) {
   Qwen35Config const c = model::preset("qwen35-tiny");
-  Qwen35ForCausalLM const m(c, composite_bf16_over_fp32(device));
+  Qwen35ForCausalLM const m(c, bf16_over_fp32(device));
   model::LocalWeights w(c, m.named_parameters(), m.mixed_precision());
   for (model::WeightGroup const& group : {model::WeightGroup::decoder_layer(0), model::WeightGroup::head()}) {
     model::GroupWeights const got = w.acquire(group);
@@ -902,7 +902,7 @@ TEST(LocalWeightsCuda, AGroupCastIsEachTensorsCastAndGradientsReachTheirOwnMaste
 // change), init_parameter_rows not bumping the version, a tied weight given a copy per group.
 void expect_compute_copies_follow_their_masters(at::Device device) {
   Qwen35Config const c = model::preset("qwen35-tiny");
-  Qwen35ForCausalLM const m(c, composite_bf16_over_fp32(device));
+  Qwen35ForCausalLM const m(c, bf16_over_fp32(device));
   model::LocalWeights w(c, m.named_parameters(), m.mixed_precision());
   model::WeightGroup const layer = model::WeightGroup::decoder_layer(0);
   model::GroupWeights const first = w.acquire(layer);
@@ -935,7 +935,7 @@ void expect_compute_copies_follow_their_masters(at::Device device) {
   }
   Qwen35Config tied = c;  // qwen35-tiny has a head of its own
   tied.tie_word_embeddings = true;
-  Qwen35ForCausalLM const tied_model(tied, composite_bf16_over_fp32(device));
+  Qwen35ForCausalLM const tied_model(tied, bf16_over_fp32(device));
   model::LocalWeights tied_weights(tied, tied_model.named_parameters(), tied_model.mixed_precision());
   std::string const embed = "model.embed_tokens.weight";
   EXPECT_EQ(tied_weights.acquire(model::WeightGroup::embedding()).at(embed).data_ptr(),
@@ -959,10 +959,7 @@ TEST(ModelCuda, AnExamplesFusedBf16LogitsDependOnNoOtherExampleToTheBit) {
   FUSEPACK_SKIP_WITHOUT_CUDA();
   at::Device const cuda(at::kCUDA, 0);
   Qwen35Config const c = model::preset("qwen35-tiny64");
-  ModelOptions o;
-  o.compute_dtype = at::kBFloat16;
-  o.device = cuda;
-  o.backend = ops::Backend::kFused;
+  ModelOptions o = bf16_over_fp32(cuda, ops::Backend::kFused);
   o.seed = test_seed();
   Qwen35ForCausalLM const m(c, o);
   model::ForwardOptions fo;
@@ -989,11 +986,7 @@ TEST(ModelCuda, TheBatchAndTheForwardAreQueuedWithoutWaitingForTheGpu) {
   FUSEPACK_SKIP_WITHOUT_CUDA();
   at::Device const cuda(at::kCUDA, 0);
   Qwen35Config const c = model::preset("qwen35-tiny64");
-  ModelOptions o;
-  o.compute_dtype = at::kBFloat16;
-  o.device = cuda;
-  o.backend = ops::Backend::kFused;
-  Qwen35ForCausalLM const m(c, o);
+  Qwen35ForCausalLM const m(c, bf16_over_fp32(cuda, ops::Backend::kFused));
   auto rng = test_rng();
   packing::PackedBatch const packed = packing::make_packed_batch(random_examples(rng, {70, 9, 33}, 256));
   double const idle_loss = m.forward(model::make_model_batch(packed, cuda)).loss_sum.item<double>();  // also warms up
