@@ -7,6 +7,7 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <optional>
 #include <vector>
 
 #ifdef FUSEPACK_WITH_CUDA_KERNELS
@@ -85,7 +86,6 @@ struct Conv1dFunction : torch::autograd::Function<Conv1dFunction> {
     run_conv1d_fwd(p, at::cuda::getCurrentCUDAStream());
     ctx->save_for_backward({x, weight, cu_seqlens});
     ctx->saved_data["silu"] = silu;
-    ctx->saved_data["widths"] = widths;
     return parts;
   }
 
@@ -95,12 +95,9 @@ struct Conv1dFunction : torch::autograd::Function<Conv1dFunction> {
     auto const saved = ctx->get_saved_variables();
     at::Tensor const &x = saved[0], &weight = saved[1], &cu_seqlens = saved[2];
     c10::cuda::CUDAGuard guard(x.device());
-    std::vector<at::Tensor> dy;  // a part the graph did not reach has a zero gradient
-    for (at::Tensor const& g : grads) dy.push_back(g.defined() ? g.to(x.scalar_type()).contiguous() : at::Tensor());
-    std::int64_t const T = x.size(0);
-    for (std::size_t i = 0; i < dy.size(); ++i) {
-      if (!dy[i].defined()) dy[i] = at::zeros({T, ctx->saved_data["widths"].toIntVector()[i]}, x.options());
-    }
+    // A part the graph did not reach arrives as zeros (autograd materializes the missing gradients).
+    std::vector<at::Tensor> dy;
+    for (at::Tensor const& g : grads) dy.push_back(g.to(x.scalar_type()).contiguous());
     at::Tensor dx = at::empty_like(x), dweight = at::empty_like(weight);
     Conv1dBwdParams p;
     static_cast<Conv1dFwdParams&>(p) = fwd_params(x, weight, cu_seqlens, ctx->saved_data["silu"].toBool());
@@ -131,13 +128,14 @@ struct Conv1dFunction : torch::autograd::Function<Conv1dFunction> {
 
 namespace {
 
-// Checks every input of conv1d / conv1d_parts (`widths`: the parts' column counts, {C} for conv1d), then runs the
-// backend.
+// Checks every input of conv1d / conv1d_parts (`parts`: their column counts; none for conv1d's one part of C
+// columns), then runs the backend.
 std::vector<at::Tensor> conv1d_checked(char const* op, at::Tensor const& x, at::Tensor const& weight,
                                        at::Tensor const& cu_seqlens, bool silu, Backend backend,
-                                       at::Tensor const& initial_state, std::vector<std::int64_t> const& widths) {
+                                       at::Tensor const& initial_state, std::optional<std::vector<std::int64_t>> parts) {
   check_sizes(op, "x", x, {-1, -1});
   int64_t const T = x.size(0), C = x.size(1);
+  std::vector<std::int64_t> const widths = parts ? std::move(*parts) : std::vector<std::int64_t>{C};
   TORCH_CHECK(C >= 1, op, ": x must have at least one channel; got shape ", x.sizes());
   TORCH_CHECK(x.is_floating_point(), op, ": x must be a floating-point tensor; got ", x.scalar_type());
   check_sizes(op, "weight", weight, {C, -1});
@@ -191,8 +189,7 @@ std::vector<at::Tensor> conv1d_checked(char const* op, at::Tensor const& x, at::
 
 at::Tensor conv1d(at::Tensor const& x, at::Tensor const& weight, at::Tensor const& cu_seqlens, bool silu,
                   Backend backend, at::Tensor const& initial_state) {
-  check_sizes("conv1d", "x", x, {-1, -1});
-  return conv1d_checked("conv1d", x, weight, cu_seqlens, silu, backend, initial_state, {x.size(1)}).front();
+  return conv1d_checked("conv1d", x, weight, cu_seqlens, silu, backend, initial_state, std::nullopt).front();
 }
 
 std::vector<at::Tensor> conv1d_parts(at::Tensor const& x, at::Tensor const& weight, at::Tensor const& cu_seqlens,

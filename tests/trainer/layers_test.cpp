@@ -330,6 +330,15 @@ TEST(Qwen35Layers, PlantedMlpGateUpSwapIsCaught) {
       [](MlpWeights& w, Qwen35Config const&) { std::swap(w.gate_proj, w.up_proj); });
 }
 
+// Σ_i <parts[i], weights[i]> (fp64), leaving out part 1 unless `use_middle`: its gradient then never arrives.
+at::Tensor weighted_sum(std::vector<at::Tensor> const& parts, std::vector<at::Tensor> const& weights, bool use_middle) {
+  at::Tensor loss = at::zeros({}, at::kDouble);
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    if (i != 1 || use_middle) loss = loss + (parts[i] * weights[i]).sum();
+  }
+  return loss;
+}
+
 // split_columns against narrow + contiguous under autograd: equal parts and equal input gradients (fp64), with every
 // part used, and with the middle part unused (its gradient missing: zeros). A backward that put the parts' gradients
 // in another order, or left a missing one out, differs from narrow's in its columns.
@@ -340,13 +349,7 @@ TEST(SplitColumns, GivesNarrowsPartsAndGradient) {
   for (bool use_middle : {true, false}) {
     std::vector<at::Tensor> weights;
     for (std::int64_t w : widths) weights.push_back(to_torch(randn({5, w}, rng), at::kDouble, at::kCPU));
-    auto loss_of = [&](std::vector<at::Tensor> const& parts) {
-      at::Tensor loss = at::zeros({}, at::kDouble);
-      for (std::size_t i = 0; i < parts.size(); ++i) {
-        if (i != 1 || use_middle) loss = loss + (parts[i] * weights[i]).sum();
-      }
-      return loss;
-    };
+    auto loss_of = [&](std::vector<at::Tensor> const& parts) { return weighted_sum(parts, weights, use_middle); };
     at::Tensor x = x0.clone().requires_grad_(), y = x0.clone().requires_grad_();
     std::vector<at::Tensor> const split = model::split_columns(x, widths);
     std::vector<at::Tensor> narrowed;
@@ -381,13 +384,7 @@ TEST(SharedInputLinear, GivesSeparateLinearsOutputsAndGradients) {
   for (bool use_middle : {true, false}) {
     std::vector<at::Tensor> dy;
     for (at::Tensor const& w : w0) dy.push_back(to_torch(randn({7, w.size(0)}, rng), at::kDouble, at::kCPU));
-    auto loss_of = [&](std::vector<at::Tensor> const& outs) {
-      at::Tensor loss = at::zeros({}, at::kDouble);
-      for (std::size_t i = 0; i < outs.size(); ++i) {
-        if (i != 1 || use_middle) loss = loss + (outs[i] * dy[i]).sum();
-      }
-      return loss;
-    };
+    auto loss_of = [&](std::vector<at::Tensor> const& outs) { return weighted_sum(outs, dy, use_middle); };
     at::Tensor x = x0.clone().requires_grad_(), y = x0.clone().requires_grad_();
     std::vector<at::Tensor> wx, wy;
     for (at::Tensor const& w : w0) {
