@@ -21,7 +21,17 @@ constexpr int64_t kD = 128, kChunk = 64;  // K = V = kD
 
 struct GatedDeltaShape {
   int64_t Hk, Hv, examples, T;  // T tokens in all, as `examples` examples of T / examples tokens each
+  std::vector<int> lengths = {};  // or examples of these lengths (summing to T), when given
+  std::vector<int> example_lengths() const {
+    return lengths.empty() ? std::vector<int>(static_cast<std::size_t>(examples), static_cast<int>(T / examples))
+                           : lengths;
+  }
 };
+
+// A training pack of Qwen3.5-0.8B's Gated DeltaNet (16 key and 16 value heads): nine examples filling 8,192 tokens,
+// the longest 2,840, as the trainer's benchmark packs its log-normal lengths (median 900); the longest example's chain
+// bounds the pack's time.
+GatedDeltaShape const kTrainingPack{16, 16, 9, 8192, {2840, 415, 1210, 655, 980, 301, 760, 532, 499}};
 
 // The two forced forward schedules, each timed on every shape next to the launcher's pick.
 constexpr GatedDeltaSchedule kForcedSchedules[] = {GatedDeltaSchedule::kFullChain,
@@ -38,12 +48,14 @@ double forward_flops(int64_t chunks, int64_t Hv) {
   return static_cast<double>(chunks * Hv) * (6 * C * d * d + 10 * C * C * d + 2 * C * C * C / 3);
 }
 
-std::string shape_name(GatedDeltaShape const& s) {  // "8x1024 Hk=16 Hv=32 K=V=128"
-  return std::to_string(s.examples) + "x" + std::to_string(s.T / s.examples) + " Hk=" + std::to_string(s.Hk) +
-         " Hv=" + std::to_string(s.Hv) + " K=V=128";
+std::string shape_name(GatedDeltaShape const& s) {  // "8x1024 Hk=16 Hv=32 K=V=128", "pack of 9 (2840 …) Hk=16 …"
+  std::string const examples = s.lengths.empty() ? std::to_string(s.examples) + "x" + std::to_string(s.T / s.examples)
+                                                 : "pack of " + std::to_string(s.lengths.size()) + " (" +
+                                                       std::to_string(s.lengths[0]) + " ...)";
+  return examples + " Hk=" + std::to_string(s.Hk) + " Hv=" + std::to_string(s.Hv) + " K=V=128";
 }
 
-void bench_shape(Report& report, GatedDeltaShape const s) {
+void bench_shape(Report& report, GatedDeltaShape const& s) {
   auto const opts = at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA);
   int64_t const T = s.T;
   at::Tensor q = at::randn({T, s.Hk, kD}, opts).requires_grad_(), k = at::randn({T, s.Hk, kD}, opts).requires_grad_(),
@@ -52,8 +64,14 @@ void bench_shape(Report& report, GatedDeltaShape const s) {
   at::Tensor g = (-0.1 * at::rand({T, s.Hv}, opts.dtype(at::kFloat))).detach().requires_grad_();
   at::Tensor beta = at::sigmoid(at::randn({T, s.Hv}, opts)).detach().requires_grad_();
   at::Tensor const dout = at::randn({T, s.Hv, kD}, opts);
-  int64_t const len = T / s.examples;
-  at::Tensor const cu = at::arange(0, T + 1, len, opts.dtype(at::kInt));
+  std::vector<int32_t> cu_host{0};
+  int64_t chunks = 0;
+  for (int const len : s.example_lengths()) {
+    cu_host.push_back(cu_host.back() + len);
+    chunks += (len + kChunk - 1) / kChunk;
+  }
+  if (cu_host.back() != T) throw std::logic_error("bench gated_delta: the lengths of " + shape_name(s) + " miss T");
+  at::Tensor const cu = at::tensor(cu_host, opts.dtype(at::kInt));
   double const scale = 1.0 / std::sqrt(static_cast<double>(kD));
   // The fused backend under `schedule`; the composite takes only the default.
   auto fwd = [&](ops::Backend b, GatedDeltaSchedule schedule = GatedDeltaSchedule::kByShape) {
@@ -87,7 +105,7 @@ void bench_shape(Report& report, GatedDeltaShape const s) {
   std::string const shape = shape_name(s);
   // The composite walks an example's chunks one by one (a few ATen ops each): 128 at 1x8192, 1024 at 1x65536, so
   // fewer repetitions for it on one example and fewest on the long ones.
-  int const composite_reps = T >= 32768 ? 2 : s.examples == 1 ? 5 : 10;
+  int const composite_reps = T >= 32768 ? 2 : s.examples == 1 || !s.lengths.empty() ? 5 : 10;
   double fwd_fused = 0, fwd_bwd_fused = 0;
   {
     c10::InferenceMode inference;
@@ -98,7 +116,7 @@ void bench_shape(Report& report, GatedDeltaShape const s) {
   double const composite = time_cuda([&] { fwd_bwd(ops::Backend::kComposite); }, composite_reps, 1).ms;
   fwd_bwd_fused = time_cuda([&] { fwd_bwd(ops::Backend::kFused); }).ms;
   report.add({"gated_delta", shape, "fwd+bwd", composite, fwd_bwd_fused, 3 * in_bytes + 2 * o_bytes});
-  double const flops = forward_flops(s.examples * ((len + kChunk - 1) / kChunk), s.Hv);
+  double const flops = forward_flops(chunks, s.Hv);
   std::printf("gated_delta %s: %.1f GFLOP fwd; fused fwd %.0f TFLOP/s, fwd+bwd %.0f TFLOP/s\n", shape.c_str(),
               flops / 1e9, flops / (fwd_fused * 1e-3) / 1e12, 3 * flops / (fwd_bwd_fused * 1e-3) / 1e12);
 
@@ -130,16 +148,18 @@ void bench_shape(Report& report, GatedDeltaShape const s) {
 
 // Qwen3.5 Gated DeltaNet, bf16, K = V = 128, q/k l2-normalised in the op, no initial/final state (the training path):
 // at 8192 tokens, 9B/35B heads (16 key, 32 value) and 27B heads (16, 48), packed as 8 × 1024 and as one example; and
-// one long example of 32768 and of 65536 tokens at the 9B/35B heads, where the state chain is the whole time.
+// one long example of 32768 and of 65536 tokens at the 9B/35B heads, where the state chain is the whole time; and a
+// training pack of mixed lengths at Qwen3.5-0.8B's heads (kTrainingPack).
 // FUSEPACK_BENCH_GATED_DELTA_SHAPE=<text> runs only the shapes whose name ("1x8192 Hk=16 Hv=32 K=V=128") contains
 // it, for profiling one shape without the others' minutes of composite timing.
 void bench_gated_delta(Report& report) {
   char const* const only = std::getenv("FUSEPACK_BENCH_GATED_DELTA_SHAPE");
   std::string names;
   int ran = 0;
-  for (GatedDeltaShape const s : {GatedDeltaShape{16, 32, 8, 8192}, GatedDeltaShape{16, 32, 1, 8192},
+  for (GatedDeltaShape const& s : {GatedDeltaShape{16, 32, 8, 8192}, GatedDeltaShape{16, 32, 1, 8192},
                                   GatedDeltaShape{16, 48, 8, 8192}, GatedDeltaShape{16, 48, 1, 8192},
-                                  GatedDeltaShape{16, 32, 1, 32768}, GatedDeltaShape{16, 32, 1, 65536}}) {
+                                  GatedDeltaShape{16, 32, 1, 32768}, GatedDeltaShape{16, 32, 1, 65536},
+                                  kTrainingPack}) {
     names += (names.empty() ? "" : ", ") + shape_name(s);
     if (only != nullptr && shape_name(s).find(only) == std::string::npos) continue;
     bench_shape(report, s);

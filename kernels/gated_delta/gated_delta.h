@@ -26,9 +26,12 @@ inline constexpr int kGatedDeltaChunk = 64;
 // The chunk table, built on the host from cu_seqlens (gated_delta_chunk_table) and copied to the device once.
 // chunk c of the packed batch covers tokens [chunk_start[c], chunk_start[c] + chunk_len[c]) of example
 // chunk_example[c]; an example's chunks are consecutive, in order; chunk_offsets[n] is the first chunk of example n
-// (an empty example owns no chunk: chunk_offsets[n] == chunk_offsets[n + 1]).
+// (an empty example owns no chunk: chunk_offsets[n] == chunk_offsets[n + 1]). by_length lists the examples from the
+// most chunks to the fewest (ties in example order): the sequential recurrences take their examples in that order,
+// so that the longest chains, which bound a pack's time, start first and the short ones fill in behind them.
 struct GatedDeltaChunkTable {
-  std::vector<std::int32_t> data;  // [chunk_start: NC][chunk_len: NC][chunk_example: NC][chunk_offsets: N+1]
+  // [chunk_start: NC][chunk_len: NC][chunk_example: NC][chunk_offsets: N+1][by_length: N]
+  std::vector<std::int32_t> data;
   int N = 0, NC = 0;
 };
 GatedDeltaChunkTable gated_delta_chunk_table(std::vector<std::int32_t> const& cu_seqlens);
@@ -36,12 +39,14 @@ GatedDeltaChunkTable gated_delta_chunk_table(std::vector<std::int32_t> const& cu
 // GatedDeltaChunkTable::data read by field name (FlashAttention's SeqlenInfo idea): the one reader of its layout.
 struct GatedDeltaChunks {
   std::int32_t const* data = nullptr;  // GatedDeltaChunkTable::data
-  int NC = 0;
+  int NC = 0, N = 0;
   __host__ __device__ std::int32_t start(int c) const { return data[c]; }             // chunk c's first token
   __host__ __device__ std::int32_t len(int c) const { return data[NC + c]; }          // its tokens, 1..kGatedDeltaChunk
   __host__ __device__ std::int32_t example(int c) const { return data[2 * NC + c]; }  // the example holding it
   // Example n's first chunk (its chunks are first_chunk(n) .. first_chunk(n + 1) - 1; first_chunk(N) = NC).
   __host__ __device__ std::int32_t first_chunk(int n) const { return data[3 * NC + n]; }
+  // The example with the i-th most chunks (by_length[i]): the one a recurrence's i-th group of blocks runs.
+  __host__ __device__ std::int32_t example_by_length(int i) const { return data[3 * NC + N + 1 + i]; }
 };
 
 // bf16 parts the saved (I + A)^-1 is split into: 2 for bf16 and fp16 runs, 3 for fp32 runs (fp32 accuracy). The
@@ -104,9 +109,9 @@ struct GatedDeltaFwdParams {
   DType dtype = DType::kBF16;  // of q, k, v, beta, o (and do, dq, dk, dv, dbeta)
 };
 
-// The chunk table of p (p.chunks, p.NC).
+// The chunk table of p (p.chunks, p.NC, p.N).
 __host__ __device__ inline GatedDeltaChunks gated_delta_chunks(GatedDeltaFwdParams const& p) {
-  return {p.chunks, p.NC};
+  return {p.chunks, p.NC, p.N};
 }
 
 struct GatedDeltaBwdParams : GatedDeltaFwdParams {

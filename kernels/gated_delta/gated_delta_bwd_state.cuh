@@ -81,7 +81,7 @@ __global__ void __launch_bounds__(kSlabs * kKSplit * 32, 1)
   int const vtile = static_cast<int>(bid % tiles);
   bid /= tiles;
   int const j = static_cast<int>(bid % Hv);
-  int const n = static_cast<int>(bid / Hv);
+  int const n = gated_delta_chunks(p).example_by_length(static_cast<int>(bid / Hv));  // longest first
   int const khead = j / (Hv / Hk);
   int const v0 = vtile * kBV, wc = 16 * slab;  // the block's and the slab's first value column
   int const d0 = kh * kKW;                     // the warp's first state column

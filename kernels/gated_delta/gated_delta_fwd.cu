@@ -39,7 +39,7 @@ GatedDeltaChunkTable gated_delta_chunk_table(std::vector<std::int32_t> const& cu
   GatedDeltaChunkTable table;
   table.N = N;
   table.NC = static_cast<int>(nc);
-  table.data.resize(3 * nc + N + 1);
+  table.data.resize(3 * nc + 2 * N + 1);
   std::int32_t* chunk_start = table.data.data();
   std::int32_t* chunk_len = chunk_start + nc;
   std::int32_t* chunk_example = chunk_len + nc;
@@ -54,6 +54,11 @@ GatedDeltaChunkTable gated_delta_chunk_table(std::vector<std::int32_t> const& cu
     }
   }
   chunk_offsets[N] = c;
+  std::int32_t* by_length = chunk_offsets + N + 1;
+  auto const chunks_of = [&](std::int32_t n) { return chunk_offsets[n + 1] - chunk_offsets[n]; };
+  for (int n = 0; n < N; ++n) by_length[n] = n;
+  std::stable_sort(by_length, by_length + N,
+                   [&](std::int32_t a, std::int32_t b) { return chunks_of(a) > chunks_of(b); });
   return table;
 }
 

@@ -64,7 +64,7 @@ __global__ void __launch_bounds__(kSlabs * 64, 1)
   int const vtile = static_cast<int>(bid % tiles);
   bid /= tiles;
   int const hv = static_cast<int>(bid % Hv);
-  int const n = static_cast<int>(bid / Hv);
+  int const n = gated_delta_chunks(p).example_by_length(static_cast<int>(bid / Hv));  // longest first
   int const hk = hv / (Hv / Hk);
   int const v0 = vtile * kBV;          // first value column of the block
   int const wc = 16 * slab;            // the slab's columns within the block's tile

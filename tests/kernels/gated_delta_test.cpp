@@ -747,6 +747,23 @@ TEST(GatedDeltaSchedules, ByShapeOnTheH200) {
     EXPECT_EQ(gated_delta_pick_schedule(S::kByShape, blocks, kSms, bwd_per_sm), s.bwd);
   }
 }
+
+// The chunk table's example order for the recurrences: most chunks first, ties in example order, empty examples last.
+// (The kernels' results do not depend on it, only when each example's blocks start; an ascending sort fails here.)
+TEST(GatedDeltaChunkTables, ListExamplesLongestFirst) {
+  //                                                     chunks: 1  0  3    2    3    1
+  GatedDeltaChunkTable const t = gated_delta_chunk_table(cu_seqlens_from_lengths({5, 0, 130, 128, 129, 64}));
+  ASSERT_EQ(t.N, 6);
+  ASSERT_EQ(t.NC, 10);
+  GatedDeltaChunks const view{t.data.data(), t.NC, t.N};
+  std::vector<int> order;
+  for (int i = 0; i < t.N; ++i) order.push_back(view.example_by_length(i));
+  EXPECT_EQ(order, (std::vector<int>{2, 4, 3, 0, 5, 1}));
+  EXPECT_EQ(t.data.size(), std::size_t(3 * 10 + 2 * 6 + 1));
+  EXPECT_EQ(view.first_chunk(6), 10);  // the layout before by_length unchanged
+  EXPECT_EQ(view.example(9), 5);
+  EXPECT_EQ(gated_delta_chunk_table({0}).data.size(), std::size_t(1));
+}
 #endif
 
 // fp64 q may bring g and the state in fp64 (the state is then fp64 throughout) or in fp32.
