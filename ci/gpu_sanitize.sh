@@ -12,8 +12,8 @@
 #   initcheck: the fused op alone, every kernel instrumented (memory written by an uninstrumented kernel, such as the
 #     FlashAttention-2 output that the attention gate reads, would look uninitialised). In the composite baseline it
 #     reports ATen's reads of cuBLAS's batched-GEMM output, whose values are right: stores initcheck does not see.
-# The fused linear cross-entropy and the AdamW kernel run through their GPU tests instead (fusepack-gradcheck has no
-# case for them).
+# The fused linear cross-entropy, conv1d's column parts and the AdamW kernel run through their GPU tests instead
+# (fusepack-gradcheck has no case for them).
 # Exit status is non-zero when any tool reports anything or a gradient check fails; logs in $OUT_DIR.
 #   ci/gpu_sanitize.sh [build dir]        (default: $FUSEPACK_BUILD_DIR or build)
 set -uo pipefail
@@ -79,41 +79,44 @@ for c in "${cases[@]}"; do
       "$gradcheck" "$op" --backend fused --device cuda --dtype "$dtype" --seqlens "$seqlens" "${only[@]}" $extra
   done
 done
+# NAME LOG BINARY TESTS [RACE_INIT_TESTS]: a test binary's GPU tests (a --gtest_filter) under the four tools,
+# fusepack's kernels instrumented, except initcheck, which instruments every kernel (ATen's kernels write the tests'
+# inputs first); racecheck and initcheck run RACE_INIT_TESTS when given.
+sanitize_tests() {
+  local name=$1 log=$2 binary=$3 tests=$4 race_init_tests=${5:-$4} tool selected filter
+  if [ ! -x "$binary" ]; then
+    failed=1
+    echo "gpu_sanitize: $binary not found (build the tests)"
+    return
+  fi
+  for tool in memcheck racecheck initcheck synccheck; do
+    filter=(--kernel-name kns=fusepack)
+    selected=$tests
+    [ $tool = initcheck ] && filter=()
+    { [ $tool = initcheck ] || [ $tool = racecheck ]; } && selected=$race_init_tests
+    check "$name" "$tool" "$out/$log-$tool.log" "${filter[@]}" --print-limit 50 --error-exitcode 99 "$binary" \
+      --gtest_filter="$selected"
+  done
+}
 # The fused linear cross-entropy, which fusepack-gradcheck has no case for, through its GPU tests: the per-token kernel
-# on rows of whole and partial 16-byte vectors, chunks of 37 tokens and automatic, labels -100, and a bad label, with
-# fusepack's kernels instrumented. initcheck and racecheck run the kernel's own test instead, whose logits ATen's
-# kernels write: in the op the kernel reads the head GEMM's output, and initcheck does not see cuBLAS's stores (it
-# reports ATen's reads of such output in the composite attention too, whose values the same run checks); racecheck
-# faults in the op's tests as it does beside the composite attention ("failed to handle a hardware exception", then
-# an illegal address in every later test) while memcheck over the same tests reports nothing.
-lce_test="$build_dir/tests/kernels_linear_cross_entropy_test"
-if [ -x "$lce_test" ]; then
-  for tool in memcheck racecheck initcheck synccheck; do
-    filter=(--kernel-name kns=fusepack)
-    tests='*LinearCrossEntropyFused.MatchesTheReference*bf16*:*LinearCrossEntropyFused.ABadLabel*'
-    [ $tool = initcheck ] && filter=()
-    [ $tool = initcheck ] || [ $tool = racecheck ] && tests='*LinearCrossEntropyFused.RowKernel*'
-    check "linear_cross_entropy (its GPU tests)" "$tool" "$out/linear_cross_entropy-$tool.log" \
-      "${filter[@]}" --print-limit 50 --error-exitcode 99 "$lce_test" --gtest_filter="$tests"
-  done
-else
-  failed=1
-  echo "gpu_sanitize: $lce_test not found (build the tests)"
-fi
+# on rows of whole and partial 16-byte vectors, chunks of 37 tokens and automatic, labels -100, and a bad label.
+# initcheck and racecheck run the kernel's own test instead, whose logits ATen's kernels write: in the op the kernel
+# reads the head GEMM's output, and initcheck does not see cuBLAS's stores (it reports ATen's reads of such output in
+# the composite attention too, whose values the same run checks); racecheck faults in the op's tests as it does beside
+# the composite attention ("failed to handle a hardware exception", then an illegal address in every later test) while
+# memcheck over the same tests reports nothing.
+sanitize_tests "linear_cross_entropy (its GPU tests)" linear_cross_entropy \
+  "$build_dir/tests/kernels_linear_cross_entropy_test" \
+  '*LinearCrossEntropyFused.MatchesTheReference*bf16*:*LinearCrossEntropyFused.ABadLabel*' \
+  '*LinearCrossEntropyFused.RowKernel*'
+# conv1d writing its output as column parts and reading its gradient from them (the model's q, k, v), through the test
+# that compares them with the whole convolution: the vector path (every part start a multiple of 4) and the scalar
+# path, with empty parts and empty examples.
+sanitize_tests "conv1d column parts (its GPU test)" conv1d-parts "$build_dir/tests/kernels_conv1d_test" \
+  '*Conv1dFused.PartsAreTheColumnsOfConv1dToTheBit*'
 # fusepack's AdamW kernel (kernels/optim), through the trainer's optimizer tests that run it: many parameters of
-# every size, aligned and one element into their buffers, fp32 and fp64, with compute copies; initcheck with every
-# kernel instrumented (p, g, m and v are written by ATen's kernels first).
-optim_test="$build_dir/tests/trainer/trainer_optim_test"
-if [ -x "$optim_test" ]; then
-  for tool in memcheck racecheck initcheck synccheck; do
-    filter=(--kernel-name kns=fusepack)
-    [ $tool = initcheck ] && filter=()
-    check "adamw (its GPU tests)" "$tool" "$out/adamw-$tool.log" "${filter[@]}" --print-limit 50 --error-exitcode 99 \
-      "$optim_test" --gtest_filter='*CudaFusepack*'
-  done
-else
-  failed=1
-  echo "gpu_sanitize: $optim_test not found (build the tests)"
-fi
+# every size, aligned and one element into their buffers, fp32 and fp64, with compute copies (p, g, m and v are
+# written by ATen's kernels first).
+sanitize_tests "adamw (its GPU tests)" adamw "$build_dir/tests/trainer_optim_test" '*CudaFusepack*'
 [ $failed -eq 0 ] && echo "[sanitize] PASSED: no report from any tool" || echo "[sanitize] FAILED (logs in $out)"
 exit $failed
