@@ -132,7 +132,8 @@ namespace {
 // columns), then runs the backend.
 std::vector<at::Tensor> conv1d_checked(char const* op, at::Tensor const& x, at::Tensor const& weight,
                                        at::Tensor const& cu_seqlens, bool silu, Backend backend,
-                                       at::Tensor const& initial_state, std::optional<std::vector<std::int64_t>> parts) {
+                                       at::Tensor const& initial_state,
+                                       std::optional<std::vector<std::int64_t>> parts) {
   check_sizes(op, "x", x, {-1, -1});
   int64_t const T = x.size(0), C = x.size(1);
   std::vector<std::int64_t> const widths = parts ? std::move(*parts) : std::vector<std::int64_t>{C};
@@ -160,13 +161,13 @@ std::vector<at::Tensor> conv1d_checked(char const* op, at::Tensor const& x, at::
   if (backend == Backend::kComposite) {
     at::Tensor const y = conv1d_composite(x, weight, cu, silu, initial_state);
     if (widths.size() == 1) return {y};
-    std::vector<at::Tensor> parts;
+    std::vector<at::Tensor> columns;
     std::int64_t start = 0;
     for (std::int64_t w : widths) {
-      parts.push_back(y.narrow(1, start, w).contiguous());
+      columns.push_back(y.narrow(1, start, w).contiguous());
       start += w;
     }
-    return parts;
+    return columns;
   }
 
   TORCH_CHECK(conv1d_width_supported(W), op, ": ", conv1d_width_refusal(W), " (weight ", weight.sizes(),
@@ -180,7 +181,6 @@ std::vector<at::Tensor> conv1d_checked(char const* op, at::Tensor const& x, at::
 #ifdef FUSEPACK_WITH_CUDA_KERNELS
   return Conv1dFunction::apply(x, weight, cu_seqlens.contiguous(), silu, widths);
 #else
-  (void)silu;
   TORCH_CHECK(false, op, ": unreachable without CUDA kernels");
 #endif
 }

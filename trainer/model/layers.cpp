@@ -22,9 +22,8 @@ constexpr char const* kProjections = FUSEPACK_RANGE_PREFIX "gemm projections";
 constexpr char const* kMlp = FUSEPACK_RANGE_PREFIX "gemm mlp";
 
 struct SplitColumnsFunction : torch::autograd::Function<SplitColumnsFunction> {
-  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, at::Tensor const& x,
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext*, at::Tensor const& x,
                                                 std::vector<std::int64_t> const& widths) {
-    ctx->saved_data["widths"] = widths;
     torch::autograd::variable_list parts;
     std::int64_t start = 0;
     for (std::int64_t w : widths) {
@@ -34,17 +33,9 @@ struct SplitColumnsFunction : torch::autograd::Function<SplitColumnsFunction> {
     return parts;
   }
 
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+  // A part the graph did not reach arrives as zeros (autograd materializes the missing gradients).
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext*,
                                                  torch::autograd::variable_list grads) {
-    std::vector<std::int64_t> const widths = ctx->saved_data["widths"].toIntVector();
-    at::Tensor const* known = nullptr;
-    for (at::Tensor const& g : grads) {
-      if (g.defined()) known = &g;
-    }
-    if (known == nullptr) return {at::Tensor(), at::Tensor()};
-    for (std::size_t i = 0; i < grads.size(); ++i) {
-      if (!grads[i].defined()) grads[i] = at::zeros({known->size(0), widths[i]}, known->options());
-    }
     return {at::cat(grads, 1), at::Tensor()};
   }
 };
