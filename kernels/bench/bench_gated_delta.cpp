@@ -6,6 +6,7 @@
 #include <nvtx3/nvToolsExt.h>
 #include <torch/csrc/autograd/autograd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -53,6 +54,30 @@ std::string shape_name(GatedDeltaShape const& s) {  // "8x1024 Hk=16 Hv=32 K=V=1
                                                  : "pack of " + std::to_string(s.lengths.size()) + " (" +
                                                        std::to_string(s.lengths[0]) + " ...)";
   return examples + " Hk=" + std::to_string(s.Hk) + " Hv=" + std::to_string(s.Hv) + " K=V=128";
+}
+
+// "2840,415,1210" → {2840, 415, 1210}: positive lengths, refused with the text otherwise.
+std::vector<int> parse_lengths(std::string const& text) {
+  std::vector<int> lengths;
+  std::size_t at = 0;
+  while (at <= text.size()) {
+    std::size_t const comma = std::min(text.find(',', at), text.size());
+    std::string const item = text.substr(at, comma - at);
+    std::size_t used = 0;
+    int len = 0;
+    try {
+      len = std::stoi(item, &used);
+    } catch (std::exception const&) {
+      used = 0;
+    }
+    if (used == 0 || used != item.size() || len < 1) {
+      throw std::invalid_argument("FUSEPACK_BENCH_GATED_DELTA_LENGTHS='" + text +
+                                  "': expected positive example lengths separated by commas; got '" + item + "'");
+    }
+    lengths.push_back(len);
+    at = comma + 1;
+  }
+  return lengths;
 }
 
 void bench_shape(Report& report, GatedDeltaShape const& s) {
@@ -152,7 +177,16 @@ void bench_shape(Report& report, GatedDeltaShape const& s) {
 // training pack of mixed lengths at Qwen3.5-0.8B's heads (kTrainingPack).
 // FUSEPACK_BENCH_GATED_DELTA_SHAPE=<text> runs only the shapes whose name ("1x8192 Hk=16 Hv=32 K=V=128") contains
 // it, for profiling one shape without the others' minutes of composite timing.
+// FUSEPACK_BENCH_GATED_DELTA_LENGTHS=<n,n,...> runs only one pack of those example lengths at Qwen3.5-0.8B's heads
+// (as kTrainingPack), to time the schedules on packs a training run makes.
 void bench_gated_delta(Report& report) {
+  if (char const* const lengths = std::getenv("FUSEPACK_BENCH_GATED_DELTA_LENGTHS")) {
+    GatedDeltaShape pack{kTrainingPack.Hk, kTrainingPack.Hv, 0, 0, parse_lengths(lengths)};
+    pack.examples = static_cast<int64_t>(pack.lengths.size());
+    for (int const len : pack.lengths) pack.T += len;
+    bench_shape(report, pack);
+    return;
+  }
   char const* const only = std::getenv("FUSEPACK_BENCH_GATED_DELTA_SHAPE");
   std::string names;
   int ran = 0;

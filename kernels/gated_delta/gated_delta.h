@@ -81,6 +81,8 @@ struct GatedDeltaFwdParams {
   void const* beta = nullptr;                // [T, Hv] contiguous, dtype
   std::int32_t const* cu_seqlens = nullptr;  // [N+1] on the device
   std::int32_t const* chunks = nullptr;      // GatedDeltaChunkTable::data on the device
+  std::int32_t const* chunks_host = nullptr;  // the same table on the host: the by-shape schedule reads each
+                                              // example's chunks from it (a forced schedule does not need it)
   float const* initial_state = nullptr;      // [N, Hv, K, V] fp32, or nullptr for zeros
   void* o = nullptr;                         // [T, Hv, V] dtype
   float* final_state = nullptr;              // [N, Hv, K, V] fp32, or nullptr when not wanted
@@ -132,15 +134,37 @@ std::size_t gated_delta_fwd_workspace_bytes(GatedDeltaFwdParams const& p);
 std::size_t gated_delta_bwd_workspace_bytes(GatedDeltaBwdParams const& p);
 
 // The schedule a pass runs for p (gated_delta_schedule.h): p.schedule when forced, else gated_delta_pick_schedule on
-// the current device's multiprocessors and the pass's lean blocks per multiprocessor (below).
+// the chunk steps of both schedules' recurrences (gated_delta_chain_steps over p's examples, from p.chunks_host) with
+// the blocks each runs per example and the places the current device has for them (below).
 enum class GatedDeltaPass { kForward, kBackward };
 GatedDeltaSchedule gated_delta_schedule_on_device(GatedDeltaFwdParams const& p, GatedDeltaPass pass);
 GatedDeltaSchedule gated_delta_fwd_schedule(GatedDeltaFwdParams const& p);  // the forward's, the backward's
 GatedDeltaSchedule gated_delta_bwd_schedule(GatedDeltaBwdParams const& p);
-// How many blocks of each pass's lean recurrence one multiprocessor with `smem_per_sm` bytes of shared memory holds
-// (at least 1), for a dtype and head size K in GatedDeltaHeadDims. Host functions that need no device.
-std::int64_t gated_delta_fwd_lean_blocks_per_sm(DType dtype, int K, int smem_per_sm);
-std::int64_t gated_delta_bwd_lean_blocks_per_sm(DType dtype, int K, int smem_per_sm);
+
+// A recurrence's blocks per example and how many of them the device holds at once (`sms` multiprocessors × the blocks
+// one with `smem_per_sm` bytes of shared memory holds, by shared memory and registers), for one pass under a forced
+// schedule, at p's shape and dtype. Host functions that need no device (the tests give them the H200's numbers).
+struct GatedDeltaChainPlaces {
+  std::int64_t blocks_per_example = 0, slots = 0;
+};
+GatedDeltaChainPlaces gated_delta_fwd_chain_places(GatedDeltaFwdParams const& p, GatedDeltaSchedule schedule, int sms,
+                                                   int smem_per_sm);
+GatedDeltaChainPlaces gated_delta_bwd_chain_places(GatedDeltaFwdParams const& p, GatedDeltaSchedule schedule, int sms,
+                                                   int smem_per_sm);
+// The by-shape choice of a pass from those places and the examples' chunks (p.chunks_host), on `sms` and
+// `smem_per_sm`: what gated_delta_schedule_on_device runs with the current device's numbers.
+GatedDeltaSchedule gated_delta_pick_schedule_for(GatedDeltaFwdParams const& p, GatedDeltaPass pass, int sms,
+                                                 int smem_per_sm);
+
+// Each example's chunks, most first (the chunk table's by_length order): what gated_delta_chain_steps takes.
+inline std::vector<std::int64_t> gated_delta_chunks_longest_first(GatedDeltaChunks const& c) {
+  std::vector<std::int64_t> chunks(static_cast<std::size_t>(c.N));
+  for (int i = 0; i < c.N; ++i) {
+    int const n = c.example_by_length(i);
+    chunks[static_cast<std::size_t>(i)] = c.first_chunk(n + 1) - c.first_chunk(n);
+  }
+  return chunks;
+}
 
 // The forward writes o (and final_state, and the saved tensors when p.save); `workspace` holds
 // gated_delta_fwd_workspace_bytes(p) bytes. The backward reads the tensors the forward saved (same p fields).

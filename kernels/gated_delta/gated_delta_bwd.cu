@@ -138,10 +138,14 @@ void launch_state(GatedDeltaBwdParams const& p, __nv_bfloat16 const* P_planes, f
 // The lean chain (gated_delta_schedule.h): two slabs of two warps per block.
 constexpr int kLeanSlabs = 2;
 
-static_assert(16 * kLeanSlabs == kGatedDeltaLeanColumns, "gated_delta_lean_blocks counts these blocks");
+static_assert(16 * kLeanSlabs == kGatedDeltaLeanColumns, "gated_delta_lean_blocks_per_example counts these blocks");
 
-// The lean chain by shape (gated_delta_bwd_schedule), else the full chain: 8 slabs per block where that leaves every
-// SM a block, 4 otherwise.
+// The full chain's block: 8 slabs (128 value columns) where that leaves every SM a block, 4 otherwise.
+int full_chain_slabs(GatedDeltaFwdParams const& p, int sms) {
+  return p.V % 128 == 0 && std::int64_t(p.N) * p.Hv * (p.V / 128) >= sms ? 8 : 4;
+}
+
+// The lean chain by shape (gated_delta_bwd_schedule), else the full chain (full_chain_slabs).
 template <typename T, int K, int V>
 void launch_state_for(GatedDeltaBwdParams const& p, __nv_bfloat16 const* P_planes, float const* rec, float* dh,
                       Handover<T>* y, cudaStream_t stream) {
@@ -152,9 +156,7 @@ void launch_state_for(GatedDeltaBwdParams const& p, __nv_bfloat16 const* P_plane
   FUSEPACK_CUDA_CHECK(cudaGetDevice(&device));
   FUSEPACK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   if constexpr (V % 128 == 0) {
-    if (std::int64_t(p.N) * p.Hv * (V / 128) >= sms) {
-      return launch_state<T, K, 8, 1>(p, P_planes, rec, dh, y, stream);
-    }
+    if (full_chain_slabs(p, sms) == 8) return launch_state<T, K, 8, 1>(p, P_planes, rec, dh, y, stream);
   }
   launch_state<T, K, 4, 1>(p, P_planes, rec, dh, y, stream);
 }
@@ -203,15 +205,33 @@ void launch(GatedDeltaBwdParams const& p, cudaStream_t stream) {
 
 std::size_t gated_delta_bwd_workspace_bytes(GatedDeltaBwdParams const& p) { return bwd_workspace(p).bytes; }
 
-std::int64_t gated_delta_bwd_lean_blocks_per_sm(DType dtype, int K, int smem_per_sm) {
-  std::size_t const smem = FUSEPACK_DTYPE_SWITCH(dtype, T, [&] {
-    return FUSEPACK_GATED_DELTA_HEAD_DIM_SWITCH(K, kK, [&] { return StateBlockSmem<T, kK, kLeanSlabs, 2>::kBytes; });
+GatedDeltaChainPlaces gated_delta_bwd_chain_places(GatedDeltaFwdParams const& p, GatedDeltaSchedule schedule, int sms,
+                                                   int smem_per_sm) {
+  auto fail = [](std::string const& what) { throw std::invalid_argument("gated_delta_bwd_chain_places: " + what); };
+  if (sms < 1 || smem_per_sm < 1) {
+    fail("expected sms >= 1 and smem_per_sm >= 1; got " + std::to_string(sms) + " and " + std::to_string(smem_per_sm));
+  }
+  if (!gated_delta_head_dims_supported(p.K, p.V)) fail(gated_delta_head_dims_refusal(p.K, p.V));
+  if (schedule != GatedDeltaSchedule::kLeanChain && schedule != GatedDeltaSchedule::kFullChain) {
+    fail("needs a forced schedule");
+  }
+  bool const lean = schedule == GatedDeltaSchedule::kLeanChain;
+  int const slabs = lean ? kLeanSlabs : full_chain_slabs(p, sms);
+  std::size_t const smem = FUSEPACK_DTYPE_SWITCH(p.dtype, T, [&] {
+    return FUSEPACK_GATED_DELTA_HEAD_DIM_SWITCH(p.K, kK, [&] {
+      return lean ? StateBlockSmem<T, kK, kLeanSlabs, 2>::kBytes
+                  : slabs == 8 ? StateBlockSmem<T, kK, 8, 1>::kBytes : StateBlockSmem<T, kK, 4, 1>::kBytes;
+    });
   });
-  return gated_delta_blocks_per_sm(smem, smem_per_sm);
+  std::int64_t per_sm = gated_delta_blocks_per_sm(smem, smem_per_sm);
+  // The full chain's kernel takes nearly every register (254 a thread): 65,536 a multiprocessor hold one block of 8
+  // warps or two of 4.
+  if (!lean) per_sm = std::max<std::int64_t>(1, std::min<std::int64_t>(per_sm, 65536 / (slabs * 32 * 256)));
+  return {p.Hv * (p.V / (16 * slabs)), sms * per_sm};
 }
 
-// By shape: one lean block per SM in bf16 at K = 128 on the H200, so the backward runs lean up to N·Hv = 33 at
-// V = 128: one example of Hv = 32 lean, Hv = 48 full (the measured best of each).
+// By shape (gated_delta_schedule_on_device): one lean block per SM in bf16 at K = 128 on the H200, so one example of
+// 8192 tokens runs lean at Hv = 32 and full at Hv = 48 (two waves of lean blocks), 8 × 1024 full.
 GatedDeltaSchedule gated_delta_bwd_schedule(GatedDeltaBwdParams const& p) {
   return gated_delta_schedule_on_device(p, GatedDeltaPass::kBackward);
 }

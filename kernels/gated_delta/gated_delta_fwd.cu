@@ -13,8 +13,11 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace fusepack {
 
@@ -215,20 +218,42 @@ void launch_recurrence_with(GatedDeltaFwdParams const& p, float const* rec, __nv
 // then takes max(latency of its slowest warp, its warps' units × throughput), and the kernel waves × that. Blocks
 // per multiprocessor: as many as shared memory and registers (the kernels use up to 255 per thread) allow.
 constexpr double kUnitLatency = 1500, kUnitThroughput = 400;  // cycles, estimated
+std::int64_t recurrence_blocks_per_sm(RecurrenceShape s, std::size_t smem, std::size_t smem_per_sm) {
+  std::int64_t const by_smem = static_cast<std::int64_t>(smem_per_sm / (smem + 1024));  // 1 KB reserved per block
+  std::int64_t const by_regs = 65536 / (s.warps * 32 * 256);
+  return std::max<std::int64_t>(1, std::min(by_smem, by_regs));
+}
 double recurrence_model_time(RecurrenceShape s, std::int64_t blocks, int sms, std::size_t smem,
                              std::size_t smem_per_sm) {
   double const units = s.ksplit == 1 ? 2.0 : 1.0;
-  std::int64_t const by_smem = static_cast<std::int64_t>(smem_per_sm / (smem + 1024));  // 1 KB reserved per block
-  std::int64_t const by_regs = 65536 / (s.warps * 32 * 256);
-  std::int64_t const per_sm = std::max<std::int64_t>(1, std::min(by_smem, by_regs));
+  std::int64_t const per_sm = recurrence_blocks_per_sm(s, smem, smem_per_sm);
   std::int64_t const waves = (blocks + sms * per_sm - 1) / (sms * per_sm);
   double const chunk = std::max(units * kUnitLatency, s.warps * per_sm * units * kUnitThroughput);
   return static_cast<double>(waves) * chunk;
 }
 
 // One block per (example, value head, tile of value columns), each sequential over the example's chunks. Among the
-// shapes that fit in shared memory, the one of least model time; ties go to wider tiles, which share each chunk's
-// q, k, Ainv loads and its P among more columns. (8 × 1024 tokens, Hv = 32: [8 warps, split 1]; 1 × 8192: [4, 2].)
+// shapes whose shared memory fits `smem_limit`, the one of least model time; ties go to wider tiles, which share each
+// chunk's q, k, Ainv loads and its P among more columns (8 × 1024 tokens, Hv = 32: [8 warps, split 1]; 1 × 8192:
+// [4, 2]). {0, 0} when none fits.
+template <typename T, int kK>
+RecurrenceShape pick_recurrence(GatedDeltaFwdParams const& p, int sms, std::size_t smem_limit,
+                                std::size_t smem_per_sm) {
+  RecurrenceShape best{0, 0};
+  double best_time = 0;
+  for (RecurrenceShape const s : kRecurrenceShapes) {
+    std::size_t const smem = recurrence_smem<T, kK>(s);
+    if (p.V % s.columns() != 0 || smem > smem_limit) continue;
+    std::int64_t const blocks = std::int64_t(p.N) * p.Hv * (p.V / s.columns());
+    double const time = recurrence_model_time(s, blocks, sms, smem, smem_per_sm);
+    if (best.warps == 0 || time < best_time || (time == best_time && s.columns() > best.columns())) {
+      best = s;
+      best_time = time;
+    }
+  }
+  return best;
+}
+
 template <typename T, int kK>
 void launch_recurrence(GatedDeltaFwdParams const& p, float const* rec, __nv_bfloat16 const* ainv,
                        cudaStream_t stream) {
@@ -237,18 +262,8 @@ void launch_recurrence(GatedDeltaFwdParams const& p, float const* rec, __nv_bflo
   FUSEPACK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   FUSEPACK_CUDA_CHECK(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   FUSEPACK_CUDA_CHECK(cudaDeviceGetAttribute(&smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
-  RecurrenceShape best{0, 0};
-  double best_time = 0;
-  for (RecurrenceShape const s : kRecurrenceShapes) {
-    std::size_t const smem = recurrence_smem<T, kK>(s);
-    if (p.V % s.columns() != 0 || smem > std::min<std::size_t>(smem_optin, kMaxBlockSmem)) continue;
-    std::int64_t const blocks = std::int64_t(p.N) * p.Hv * (p.V / s.columns());
-    double const time = recurrence_model_time(s, blocks, sms, smem, smem_per_sm);
-    if (best.warps == 0 || time < best_time || (time == best_time && s.columns() > best.columns())) {
-      best = s;
-      best_time = time;
-    }
-  }
+  RecurrenceShape const best =
+      pick_recurrence<T, kK>(p, sms, std::min<std::size_t>(smem_optin, kMaxBlockSmem), smem_per_sm);
   if (best.warps == 0) {
     throw std::runtime_error("gated_delta forward: the recurrence needs " +
                              std::to_string(recurrence_smem<T, kK>({2, 2})) + " bytes of shared memory per block (" +
@@ -299,12 +314,82 @@ void launch_lean_chain(GatedDeltaFwdParams const& p, float const* rec, __nv_bflo
 
 }  // namespace
 
-std::int64_t gated_delta_fwd_lean_blocks_per_sm(DType dtype, int K, int smem_per_sm) {
-  static_assert(16 * kLeanSlabs == kGatedDeltaLeanColumns, "gated_delta_lean_blocks counts these blocks");
-  std::size_t const smem = FUSEPACK_DTYPE_SWITCH(dtype, T, [&] {
-    return FUSEPACK_GATED_DELTA_HEAD_DIM_SWITCH(K, kK, [&] { return ChainSmem<T, kK, kLeanSlabs>::kBytes; });
+GatedDeltaChainPlaces gated_delta_fwd_chain_places(GatedDeltaFwdParams const& p, GatedDeltaSchedule schedule, int sms,
+                                                   int smem_per_sm) {
+  static_assert(16 * kLeanSlabs == kGatedDeltaLeanColumns, "gated_delta_lean_blocks_per_example counts these blocks");
+  if (sms < 1 || smem_per_sm < 1) {
+    throw std::invalid_argument("gated_delta_fwd_chain_places: expected sms >= 1 and smem_per_sm >= 1; got " +
+                                std::to_string(sms) + " and " + std::to_string(smem_per_sm));
+  }
+  if (!gated_delta_head_dims_supported(p.K, p.V)) fail(gated_delta_head_dims_refusal(p.K, p.V));
+  if (schedule == GatedDeltaSchedule::kLeanChain) {
+    std::size_t const smem = FUSEPACK_DTYPE_SWITCH(p.dtype, T, [&] {
+      return FUSEPACK_GATED_DELTA_HEAD_DIM_SWITCH(p.K, kK, [&] { return ChainSmem<T, kK, kLeanSlabs>::kBytes; });
+    });
+    return {gated_delta_lean_blocks_per_example(p.Hv, p.V), sms * gated_delta_blocks_per_sm(smem, smem_per_sm)};
+  }
+  if (schedule != GatedDeltaSchedule::kFullChain) fail("gated_delta_fwd_chain_places: needs a forced schedule");
+  // The largest block the launcher may ask for: a multiprocessor's shared memory less the 1 KB reserved per block
+  // (Hopper's opt-in limit, 227 of 228 KB).
+  std::size_t const smem_limit = std::min<std::size_t>(std::size_t(smem_per_sm) - 1024, kMaxBlockSmem);
+  return FUSEPACK_DTYPE_SWITCH(p.dtype, T, [&] {
+    return FUSEPACK_GATED_DELTA_HEAD_DIM_SWITCH(p.K, kK, [&] {
+      RecurrenceShape const s = pick_recurrence<T, kK>(p, sms, smem_limit, smem_per_sm);
+      if (s.warps == 0) fail("the full chain's recurrence fits no block of " + std::to_string(smem_limit) + " bytes");
+      return GatedDeltaChainPlaces{p.Hv * (p.V / s.columns()),
+                                   sms * recurrence_blocks_per_sm(s, recurrence_smem<T, kK>(s), smem_per_sm)};
+    });
   });
-  return gated_delta_blocks_per_sm(smem, smem_per_sm);
+}
+
+namespace {
+
+// The last by-shape choice of each pass with everything it depends on. Every layer of a model step asks again for
+// the same pack, and the op's time is exposed to the host's (it reads cu_seqlens back before launching), while the
+// list schedule takes microseconds per thousand blocks (a pack of 300 short examples at Hv = 32 hands out 38,400).
+struct SchedulePick {
+  std::vector<std::int64_t> chunks;
+  int Hv = 0, V = 0, K = 0, sms = 0, smem_per_sm = 0;
+  DType dtype = DType::kBF16;
+  GatedDeltaSchedule schedule = GatedDeltaSchedule::kByShape;  // kByShape: nothing remembered yet
+  bool same(std::vector<std::int64_t> const& c, GatedDeltaFwdParams const& p, int s, int smem) const {
+    return schedule != GatedDeltaSchedule::kByShape && Hv == p.Hv && V == p.V && K == p.K && dtype == p.dtype &&
+           sms == s && smem_per_sm == smem && chunks == c;
+  }
+};
+thread_local SchedulePick last_pick[2];  // forward, backward
+
+}  // namespace
+
+GatedDeltaSchedule gated_delta_pick_schedule_for(GatedDeltaFwdParams const& p, GatedDeltaPass pass, int sms,
+                                                 int smem_per_sm) {
+  if (p.chunks_host == nullptr) {
+    throw std::invalid_argument("gated_delta: the by-shape schedule reads each example's chunks from the host chunk "
+                                "table (chunks_host); got nullptr");
+  }
+  bool const forward = pass == GatedDeltaPass::kForward;
+  std::vector<std::int64_t> chunks = gated_delta_chunks_longest_first({p.chunks_host, p.NC, p.N});
+  SchedulePick& last = last_pick[forward ? 0 : 1];
+  if (last.same(chunks, p, sms, smem_per_sm)) return last.schedule;
+  auto const places = [&](GatedDeltaSchedule s) {
+    return forward ? gated_delta_fwd_chain_places(p, s, sms, smem_per_sm)
+                   : gated_delta_bwd_chain_places(p, s, sms, smem_per_sm);
+  };
+  GatedDeltaChainPlaces const lean = places(GatedDeltaSchedule::kLeanChain);
+  GatedDeltaChainPlaces const full = places(GatedDeltaSchedule::kFullChain);
+  GatedDeltaSchedule const schedule = gated_delta_pick_schedule(
+      GatedDeltaSchedule::kByShape, gated_delta_chain_steps(chunks, lean.blocks_per_example, lean.slots),
+      gated_delta_chain_steps(chunks, full.blocks_per_example, full.slots),
+      forward ? kGatedDeltaFwdLeanStepsPerFullStep : kGatedDeltaBwdLeanStepsPerFullStep);
+  last.chunks = std::move(chunks);
+  last.Hv = p.Hv;
+  last.V = p.V;
+  last.K = p.K;
+  last.dtype = p.dtype;
+  last.sms = sms;
+  last.smem_per_sm = smem_per_sm;
+  last.schedule = schedule;
+  return schedule;
 }
 
 GatedDeltaSchedule gated_delta_schedule_on_device(GatedDeltaFwdParams const& p, GatedDeltaPass pass) {
@@ -313,15 +398,12 @@ GatedDeltaSchedule gated_delta_schedule_on_device(GatedDeltaFwdParams const& p, 
   FUSEPACK_CUDA_CHECK(cudaGetDevice(&device));
   FUSEPACK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   FUSEPACK_CUDA_CHECK(cudaDeviceGetAttribute(&smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
-  std::int64_t const per_sm = pass == GatedDeltaPass::kForward
-                                  ? gated_delta_fwd_lean_blocks_per_sm(p.dtype, p.K, smem_per_sm)
-                                  : gated_delta_bwd_lean_blocks_per_sm(p.dtype, p.K, smem_per_sm);
-  return gated_delta_pick_schedule(p.schedule, gated_delta_lean_blocks(p.N, p.Hv, p.V), sms, per_sm);
+  return gated_delta_pick_schedule_for(p, pass, sms, smem_per_sm);
 }
 
-// By shape: at V = 128 on the 132-SM H200, two lean blocks per SM in bf16, so the forward runs lean up to N·Hv = 66;
-// at 8192 tokens, Hv = 32: one example runs lean, 8 × 1024 full (kernels/gated_delta/NOTES.md has both schedules'
-// times).
+// By shape on the H200 at V = 128, bf16: one example of 8192 tokens runs lean in both passes at Hv = 32, 8 × 1024 full;
+// at Hv = 48 one example runs the forward lean and the backward full; the trainer's packs of mixed lengths mostly
+// lean (kernels/gated_delta/NOTES.md has both schedules' times).
 GatedDeltaSchedule gated_delta_fwd_schedule(GatedDeltaFwdParams const& p) {
   return gated_delta_schedule_on_device(p, GatedDeltaPass::kForward);
 }

@@ -148,7 +148,8 @@ GatedDeltaResult gated_delta_composite(at::Tensor const& q, at::Tensor const& k,
 struct DeviceChunkTable {
   at::Tensor cu_seqlens;
   int64_t version = -1;
-  at::Tensor chunks;  // GatedDeltaChunkTable::data, int32 on the device
+  at::Tensor chunks;       // GatedDeltaChunkTable::data, int32 on the device
+  at::Tensor chunks_host;  // and on the host, where the by-shape schedule reads each example's chunks
   int N = 0, NC = 0;
 };
 thread_local DeviceChunkTable last_chunk_table;
@@ -162,6 +163,7 @@ DeviceChunkTable device_chunk_table(at::Tensor const& cu_seqlens, std::vector<in
   GatedDeltaChunkTable const table = gated_delta_chunk_table(cu);
   DeviceChunkTable fresh;
   fresh.chunks = host_to_device(table.data, at::kInt, cu_seqlens.device());
+  fresh.chunks_host = at::tensor(table.data, at::kInt);
   fresh.N = table.N;
   fresh.NC = table.NC;
   if (cacheable) {
@@ -174,7 +176,8 @@ DeviceChunkTable device_chunk_table(at::Tensor const& cu_seqlens, std::vector<in
 
 GatedDeltaFwdParams fwd_params(at::Tensor const& q, at::Tensor const& k, at::Tensor const& v, at::Tensor const& g,
                                at::Tensor const& beta, at::Tensor const& initial_state, at::Tensor const& cu_seqlens,
-                               at::Tensor const& chunks, int64_t N, int64_t NC, double scale, bool use_qk_l2norm) {
+                               at::Tensor const& chunks, at::Tensor const& chunks_host, int64_t N, int64_t NC,
+                               double scale, bool use_qk_l2norm) {
   GatedDeltaFwdParams p;
   p.q = q.data_ptr();
   p.k = k.data_ptr();
@@ -183,6 +186,7 @@ GatedDeltaFwdParams fwd_params(at::Tensor const& q, at::Tensor const& k, at::Ten
   p.beta = beta.data_ptr();
   p.cu_seqlens = cu_seqlens.data_ptr<int32_t>();
   p.chunks = chunks.data_ptr<int32_t>();
+  p.chunks_host = chunks_host.data_ptr<int32_t>();
   p.initial_state = initial_state.defined() ? initial_state.data_ptr<float>() : nullptr;
   p.T = q.size(0);
   p.Hk = static_cast<int>(q.size(1));
@@ -201,7 +205,8 @@ at::Tensor workspace(std::size_t bytes, at::Tensor const& like) {
   return at::empty({static_cast<int64_t>(bytes)}, like.options().dtype(at::kByte));
 }
 
-// Forward inputs: q, k, v, g, beta, initial_state (optional), cu_seqlens, the device chunk table; outputs: o, and
+// Forward inputs: q, k, v, g, beta, initial_state (optional), cu_seqlens, the chunk table on the device and on the
+// host; outputs: o, and
 // final_state when output_final_state. The tensors the backward reads (q_rstd, k_rstd, Ainv, h, v_new; for 16-bit
 // runs also P and the backward's row records, gated_delta_saves_intra) are allocated and written only when `save`
 // (grad mode on and some input requires grad).
@@ -209,16 +214,17 @@ struct GatedDeltaFunction : torch::autograd::Function<GatedDeltaFunction> {
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, at::Tensor const& q,
                                                 at::Tensor const& k, at::Tensor const& v, at::Tensor const& g,
                                                 at::Tensor const& beta, std::optional<at::Tensor> const& state_opt,
-                                                at::Tensor const& cu_seqlens, at::Tensor const& chunks, int64_t N,
-                                                int64_t NC, double scale, bool use_qk_l2norm, bool output_final_state,
-                                                bool save, int64_t schedule) {
+                                                at::Tensor const& cu_seqlens, at::Tensor const& chunks,
+                                                at::Tensor const& chunks_host, int64_t N, int64_t NC, double scale,
+                                                bool use_qk_l2norm, bool output_final_state, bool save,
+                                                int64_t schedule) {
     FUSEPACK_OP_RUNS("gated_delta", Pass::kForward, Backend::kFused);
     c10::cuda::CUDAGuard guard(q.device());
     at::Tensor const initial_state = state_opt.value_or(at::Tensor());
     int64_t const T = q.size(0), Hk = q.size(1), Hv = v.size(1), K = q.size(2), V = v.size(2);
     auto const f32 = q.options().dtype(at::kFloat);
     GatedDeltaFwdParams p =
-        fwd_params(q, k, v, g, beta, initial_state, cu_seqlens, chunks, N, NC, scale, use_qk_l2norm);
+        fwd_params(q, k, v, g, beta, initial_state, cu_seqlens, chunks, chunks_host, N, NC, scale, use_qk_l2norm);
     p.schedule = static_cast<GatedDeltaSchedule>(schedule);
     at::Tensor o = at::empty({T, Hv, V}, q.options());
     at::Tensor final_state = output_final_state ? at::empty({N, Hv, K, V}, f32) : at::Tensor();
@@ -251,6 +257,7 @@ struct GatedDeltaFunction : torch::autograd::Function<GatedDeltaFunction> {
 
     ctx->set_materialize_grads(false);  // an unused final state passes no dfinal_state (nullptr), not zeros
     ctx->saved_data["N"] = N;
+    ctx->saved_data["chunks_host"] = chunks_host;
     ctx->saved_data["NC"] = NC;
     ctx->saved_data["schedule"] = schedule;
     ctx->saved_data["scale"] = scale;
@@ -283,8 +290,8 @@ struct GatedDeltaFunction : torch::autograd::Function<GatedDeltaFunction> {
 
     GatedDeltaBwdParams p;
     static_cast<GatedDeltaFwdParams&>(p) =
-        fwd_params(q, k, v, g, beta, initial_state, cu_seqlens, chunks, ctx->saved_data["N"].toInt(),
-                   ctx->saved_data["NC"].toInt(), ctx->saved_data["scale"].toDouble(),
+        fwd_params(q, k, v, g, beta, initial_state, cu_seqlens, chunks, ctx->saved_data["chunks_host"].toTensor(),
+                   ctx->saved_data["N"].toInt(), ctx->saved_data["NC"].toInt(), ctx->saved_data["scale"].toDouble(),
                    ctx->saved_data["use_qk_l2norm"].toBool());
     p.schedule = static_cast<GatedDeltaSchedule>(ctx->saved_data["schedule"].toInt());
     p.save = true;
@@ -309,7 +316,7 @@ struct GatedDeltaFunction : torch::autograd::Function<GatedDeltaFunction> {
     p.workspace = ws.data_ptr();
     run_gated_delta_bwd(p, at::cuda::getCurrentCUDAStream());
     // One gradient per forward argument: q, k, v, g, beta, initial_state, then none for the rest.
-    return {dq, dk, dv, dg, dbeta, dinitial_state, {}, {}, {}, {}, {}, {}, {}, {}, {}};
+    return {dq, dk, dv, dg, dbeta, dinitial_state, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}};
   }
 };
 #endif
@@ -379,8 +386,8 @@ GatedDeltaResult gated_delta(at::Tensor const& q, at::Tensor const& k, at::Tenso
   DeviceChunkTable const table = device_chunk_table(cu_seqlens, cu);
   auto const outs = GatedDeltaFunction::apply(
       q, k, v, g, beta, initial_state.defined() ? std::optional<at::Tensor>(initial_state) : std::nullopt,
-      cu_seqlens.contiguous(), table.chunks, int64_t{table.N}, int64_t{table.NC}, scale, use_qk_l2norm,
-      output_final_state, save, static_cast<int64_t>(schedule));
+      cu_seqlens.contiguous(), table.chunks, table.chunks_host, int64_t{table.N}, int64_t{table.NC}, scale,
+      use_qk_l2norm, output_final_state, save, static_cast<int64_t>(schedule));
   GatedDeltaResult r;
   r.o = outs[0];
   if (output_final_state) r.final_state = outs[1];

@@ -688,20 +688,45 @@ TEST(GatedDeltaComposite, RefusesAForcedSchedule) {
   }
 }
 
-// The by-shape rule both passes apply (gated_delta_pick_schedule): the lean chain exactly when its blocks fit on the
-// GPU in one wave. The edge cases catch a '<' planted for the '<=' (one full wave would run the full chain).
-TEST(GatedDeltaSchedules, ByShapeIsLeanForOneWaveOfLeanBlocks) {
+// The chain steps the by-shape rule compares (gated_delta_chain_steps): blocks handed out longest first, each to the
+// place that frees first. Expected values worked by hand. Planted: every block starting at step 0 (places without
+// limit) gives 16 and 128 for the two multi-wave cases and 5 for the hand-worked one, and fails here.
+TEST(GatedDeltaSchedules, ChainStepsHandBlocksToTheFirstFreePlace) {
+  // equal lengths: waves × chunks; 8 × 1024 tokens at Hv = 32 is 8 · 128 lean blocks of 16 chunks, 264 places: 4 waves
+  EXPECT_EQ(gated_delta_chain_steps(std::vector<std::int64_t>(8, 16), 128, 264), 64);
+  EXPECT_EQ(gated_delta_chain_steps({128}, 128, 132), 128);  // one wave: the example's chunks
+  EXPECT_EQ(gated_delta_chain_steps({128}, 192, 132), 256);  // 192 blocks on 132 places: two waves
+  // chunks {5, 3, 2, 2}, one block each, two places: 5 | 3, then 2 on the place free at 3 (ends 5), then 2 at 5 → 7
+  EXPECT_EQ(gated_delta_chain_steps({5, 3, 2, 2}, 1, 2), 7);
+  // the longest bounds it when the rest fill in behind: {6, 1 × 4} on two places: 6 | 1, 1, 1, 1 → 6
+  EXPECT_EQ(gated_delta_chain_steps({6, 1, 1, 1, 1}, 1, 2), 6);
+  // empty examples take no place and no step
+  EXPECT_EQ(gated_delta_chain_steps({3, 0, 0}, 4, 1), 12);
+  EXPECT_EQ(gated_delta_chain_steps({0, 0}, 4, 1), 0);
+  EXPECT_EQ(gated_delta_chain_steps({}, 4, 1), 0);
+  FUSEPACK_EXPECT_INVALID_ARGUMENT(gated_delta_chain_steps({2, 3}, 1, 1),
+                                   "chunk counts must be >= 0 and in non-increasing order; got 3 after 2");
+  FUSEPACK_EXPECT_INVALID_ARGUMENT(gated_delta_chain_steps({-1}, 1, 1), "got -1 after -1");
+  FUSEPACK_EXPECT_INVALID_ARGUMENT(gated_delta_chain_steps({1}, 0, 1),
+                                   "expected blocks_per_example >= 1 and slots >= 1; got 0 and 1");
+  FUSEPACK_EXPECT_INVALID_ARGUMENT(gated_delta_chain_steps({1}, 1, 0), "got 1 and 0");
+}
+
+// The by-shape rule both passes apply (gated_delta_pick_schedule): the lean chain exactly when its steps are at most
+// the given multiple of the full chain's. The edge cases catch a '<' planted for the '<=' (150 ≤ 1.5 · 100 would run
+// the full chain).
+TEST(GatedDeltaSchedules, ByShapeIsLeanWithinItsStepRatio) {
   using S = GatedDeltaSchedule;
-  EXPECT_EQ(gated_delta_pick_schedule(S::kByShape, 132, 132, 1), S::kLeanChain);
-  EXPECT_EQ(gated_delta_pick_schedule(S::kByShape, 133, 132, 1), S::kFullChain);
-  EXPECT_EQ(gated_delta_pick_schedule(S::kByShape, 264, 132, 2), S::kLeanChain);
-  EXPECT_EQ(gated_delta_pick_schedule(S::kByShape, 265, 132, 2), S::kFullChain);
+  EXPECT_EQ(gated_delta_pick_schedule(S::kByShape, 150, 100, 1.5), S::kLeanChain);
+  EXPECT_EQ(gated_delta_pick_schedule(S::kByShape, 151, 100, 1.5), S::kFullChain);
+  EXPECT_EQ(gated_delta_pick_schedule(S::kByShape, 128, 128, 1.0), S::kLeanChain);
+  EXPECT_EQ(gated_delta_pick_schedule(S::kByShape, 0, 0, 1.0), S::kLeanChain);  // no chunks: either; lean
   // a forced schedule whatever the shape
-  EXPECT_EQ(gated_delta_pick_schedule(S::kFullChain, 1, 132, 2), S::kFullChain);
-  EXPECT_EQ(gated_delta_pick_schedule(S::kLeanChain, std::int64_t(1) << 40, 132, 1), S::kLeanChain);
-  // N·Hv·V/32 lean blocks
-  EXPECT_EQ(gated_delta_lean_blocks(1, 32, 128), 128);
-  EXPECT_EQ(gated_delta_lean_blocks(8, 48, 64), 768);
+  EXPECT_EQ(gated_delta_pick_schedule(S::kFullChain, 1, 100, 2.0), S::kFullChain);
+  EXPECT_EQ(gated_delta_pick_schedule(S::kLeanChain, std::int64_t(1) << 40, 1, 1.0), S::kLeanChain);
+  // Hv·V/32 lean blocks per example
+  EXPECT_EQ(gated_delta_lean_blocks_per_example(32, 128), 128);
+  EXPECT_EQ(gated_delta_lean_blocks_per_example(48, 64), 96);
   // blocks per multiprocessor: 1 KB reserved per block, at least one
   EXPECT_EQ(gated_delta_blocks_per_sm(100 * 1024, 233472), 2);
   EXPECT_EQ(gated_delta_blocks_per_sm(114 * 1024, 233472), 1);
@@ -709,50 +734,89 @@ TEST(GatedDeltaSchedules, ByShapeIsLeanForOneWaveOfLeanBlocks) {
 }
 
 // Arguments no GPU has are refused with the values, not turned into a schedule.
-TEST(GatedDeltaSchedules, RefusesImpossibleGpuFigures) {
+TEST(GatedDeltaSchedules, RefusesImpossibleFigures) {
   using S = GatedDeltaSchedule;
   FUSEPACK_EXPECT_INVALID_ARGUMENT(
-      gated_delta_pick_schedule(S::kByShape, 128, 0, 1),
-      "expected lean_blocks >= 0, sms >= 1 and lean_blocks_per_sm >= 1; got 128, 0 and 1");
-  FUSEPACK_EXPECT_INVALID_ARGUMENT(gated_delta_pick_schedule(S::kLeanChain, 128, 132, 0), "got 128, 132 and 0");
-  FUSEPACK_EXPECT_INVALID_ARGUMENT(gated_delta_pick_schedule(S::kByShape, -1, 132, 1), "got -1, 132 and 1");
+      gated_delta_pick_schedule(S::kByShape, -1, 10, 1.0),
+      "expected lean_steps >= 0, full_steps >= 0 and lean_steps_per_full_step > 0; got -1, 10 and 1");
+  FUSEPACK_EXPECT_INVALID_ARGUMENT(gated_delta_pick_schedule(S::kLeanChain, 1, -2, 1.0), "got 1, -2 and 1");
+  FUSEPACK_EXPECT_INVALID_ARGUMENT(gated_delta_pick_schedule(S::kByShape, 1, 1, 0.0), "got 1, 1 and 0");
   FUSEPACK_EXPECT_INVALID_ARGUMENT(gated_delta_blocks_per_sm(1024, 0),
                                    "shared memory per multiprocessor must be positive; got 0 bytes");
-#ifdef FUSEPACK_TEST_CUDA_KERNELS
-  FUSEPACK_EXPECT_INVALID_ARGUMENT(gated_delta_fwd_lean_blocks_per_sm(DType::kBF16, 96, 233472),
-                                   "unsupported kK=96: compiled for {64, 128}");
-#endif
 }
 
 #ifdef FUSEPACK_TEST_CUDA_KERNELS
+// Params of a bf16 shape at K = V = 128 over `t` (the host chunk table the by-shape rule reads).
+GatedDeltaFwdParams schedule_params(GatedDeltaChunkTable const& t, int Hv) {
+  GatedDeltaFwdParams p;
+  p.chunks_host = t.data.data();
+  p.N = t.N;
+  p.NC = t.NC;
+  p.Hk = 16;
+  p.Hv = Hv;
+  return p;
+}
+
 // What the op runs by default at the shapes kernels/gated_delta/NOTES.md reports, on the H200's figures (132 SMs of
-// 233,472 bytes of shared memory; host arithmetic, no device needed). The lean blocks per SM follow from the lean
-// kernels' shared memory (bf16, K = 128: two per SM forward, one backward): a kernel change that moves them changes
+// 233,472 bytes of shared memory; host arithmetic, no device needed), against the schedule each pass measured faster
+// there (fusepack-bench gated_delta, both forced schedules). The places follow from the kernels' shared memory and
+// registers (bf16, K = 128: lean two blocks per SM forward, one backward): a kernel change that moves them changes
 // which schedule these shapes run, and the notes' by-shape timings with it, so it has to show up here.
 TEST(GatedDeltaSchedules, ByShapeOnTheH200) {
   using S = GatedDeltaSchedule;
-  constexpr std::int64_t kSms = 132;
-  constexpr int kSmemPerSm = 233472;
-  std::int64_t const fwd_per_sm = gated_delta_fwd_lean_blocks_per_sm(DType::kBF16, 128, kSmemPerSm);
-  std::int64_t const bwd_per_sm = gated_delta_bwd_lean_blocks_per_sm(DType::kBF16, 128, kSmemPerSm);
-  EXPECT_EQ(fwd_per_sm, 2);
-  EXPECT_EQ(bwd_per_sm, 1);
+  constexpr int kSms = 132, kSmemPerSm = 233472;
+  GatedDeltaChunkTable const one = gated_delta_chunk_table({0, 8192});
+  GatedDeltaFwdParams const p = schedule_params(one, 32);
+  EXPECT_EQ(gated_delta_fwd_chain_places(p, S::kLeanChain, kSms, kSmemPerSm).slots, 2 * kSms);
+  EXPECT_EQ(gated_delta_bwd_chain_places(p, S::kLeanChain, kSms, kSmemPerSm).slots, kSms);
+  EXPECT_EQ(gated_delta_bwd_chain_places(p, S::kLeanChain, kSms, kSmemPerSm).blocks_per_example, 128);
   struct Shape {
     char const* name;
-    std::int64_t N, Hv;
+    std::vector<int> lengths;
+    int Hv;
     S fwd, bwd;
   };
-  for (Shape const& s : {Shape{"1x8192 Hv=32", 1, 32, S::kLeanChain, S::kLeanChain},
-                         Shape{"1x32768 Hv=32", 1, 32, S::kLeanChain, S::kLeanChain},
-                         Shape{"8x1024 Hv=32", 8, 32, S::kFullChain, S::kFullChain},
-                         Shape{"1x8192 Hv=48 (Qwen3.5-27B)", 1, 48, S::kLeanChain, S::kFullChain},
-                         Shape{"8x1024 Hv=48", 8, 48, S::kFullChain, S::kFullChain},
-                         Shape{"9 examples, Hv=16 (a Qwen3.5-0.8B pack)", 9, 16, S::kFullChain, S::kFullChain}}) {
+  // Packs as the trainer makes them at Qwen3.5-0.8B's heads (log-normal lengths, median 900, 8,192 tokens): the
+  // forward ran lean faster in all, the backward lean where the longest example bounds the lean chain too.
+  std::vector<Shape> shapes{
+      {"1x8192 Hv=32", {8192}, 32, S::kLeanChain, S::kLeanChain},
+      {"1x32768 Hv=32", {32768}, 32, S::kLeanChain, S::kLeanChain},
+      {"8x1024 Hv=32", std::vector<int>(8, 1024), 32, S::kFullChain, S::kFullChain},
+      {"1x8192 Hv=48 (Qwen3.5-27B)", {8192}, 48, S::kLeanChain, S::kFullChain},
+      {"8x1024 Hv=48", std::vector<int>(8, 1024), 48, S::kFullChain, S::kFullChain},
+      {"pack 2840 x9", {2840, 415, 1210, 655, 980, 301, 760, 532, 499}, 16, S::kLeanChain, S::kLeanChain},
+      {"pack 6086 x3", {6086, 1059, 802}, 16, S::kLeanChain, S::kLeanChain},
+      {"pack 317 x7", {317, 634, 2460, 2828, 317, 310, 869}, 16, S::kLeanChain, S::kLeanChain},
+      {"pack 285 x9", {285, 1056, 1001, 1393, 433, 904, 855, 270, 1384}, 16, S::kLeanChain, S::kFullChain},
+      {"pack 1055 x5", {1055, 1862, 672, 1072, 2042}, 16, S::kLeanChain, S::kFullChain},
+      {"pack 997 x6", {997, 379, 1285, 957, 1602, 1070}, 16, S::kLeanChain, S::kFullChain},
+      {"pack 864 x6", {864, 1058, 1534, 377, 653, 603}, 16, S::kLeanChain, S::kFullChain},
+      {"pack 836 x7", {836, 1517, 1477, 719, 260, 1947, 650}, 16, S::kLeanChain, S::kFullChain}};
+  for (Shape const& s : shapes) {
     SCOPED_TRACE(s.name);
-    std::int64_t const blocks = gated_delta_lean_blocks(s.N, s.Hv, 128);
-    EXPECT_EQ(gated_delta_pick_schedule(S::kByShape, blocks, kSms, fwd_per_sm), s.fwd);
-    EXPECT_EQ(gated_delta_pick_schedule(S::kByShape, blocks, kSms, bwd_per_sm), s.bwd);
+    GatedDeltaChunkTable const t = gated_delta_chunk_table(cu_seqlens_from_lengths(s.lengths));
+    GatedDeltaFwdParams const q = schedule_params(t, s.Hv);
+    EXPECT_EQ(gated_delta_pick_schedule_for(q, GatedDeltaPass::kForward, kSms, kSmemPerSm), s.fwd);
+    EXPECT_EQ(gated_delta_pick_schedule_for(q, GatedDeltaPass::kBackward, kSms, kSmemPerSm), s.bwd);
   }
+  // Each pass remembers its last choice (every layer of a step asks for the same pack); asked again for the same
+  // examples at other heads it chooses again. Planted: the memory keyed on the examples' chunks alone answers the
+  // Hv = 48 backward with the Hv = 32 choice (lean) and fails here.
+  GatedDeltaFwdParams hv48 = p;
+  hv48.Hv = 48;
+  for (int again = 0; again < 2; ++again) {
+    EXPECT_EQ(gated_delta_pick_schedule_for(p, GatedDeltaPass::kBackward, kSms, kSmemPerSm), S::kLeanChain);
+    EXPECT_EQ(gated_delta_pick_schedule_for(hv48, GatedDeltaPass::kBackward, kSms, kSmemPerSm), S::kFullChain);
+  }
+  GatedDeltaFwdParams no_table = p;
+  no_table.chunks_host = nullptr;
+  FUSEPACK_EXPECT_INVALID_ARGUMENT(gated_delta_pick_schedule_for(no_table, GatedDeltaPass::kForward, kSms, kSmemPerSm),
+                                   "the by-shape schedule reads each example's chunks from the host chunk table");
+  no_table.K = no_table.V = 96;
+  FUSEPACK_EXPECT_INVALID_ARGUMENT(gated_delta_fwd_chain_places(no_table, S::kLeanChain, kSms, kSmemPerSm),
+                                   "the fused kernel supports K = V in {64, 128}; got K=96");
+  FUSEPACK_EXPECT_INVALID_ARGUMENT(gated_delta_bwd_chain_places(p, S::kByShape, kSms, kSmemPerSm),
+                                   "needs a forced schedule");
 }
 
 // The chunk table's example order for the recurrences: most chunks first, ties in example order, empty examples last.

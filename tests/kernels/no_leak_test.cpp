@@ -227,7 +227,7 @@ INSTANTIATE_TEST_SUITE_P(Sm90, Conv1dFusedNoLeak, ::testing::Values(Dtype::kBF16
 // (N·Hv·2 <= 48 blocks): split 2 in every full-chain run. The backward's full-chain state kernel also picks its width
 // from N·Hv (64 or 128 value columns per block), which leaves each warp's arithmetic as it is. The two schedules
 // (kernels/gated_delta/gated_delta_schedule.h: full chain, lean chain) order some sums differently, and by shape each
-// pass picks one from N·Hv as well (at 8 × 1024 tokens with Hv = 32 the pack runs the full chain at split 1, an
+// pass picks one from N·Hv and the examples' lengths as well (at 8 × 1024 tokens with Hv = 32 the pack runs the full chain at split 1, an
 // example alone the lean chain, so there isolation holds to rounding only). So each case forces one schedule, drawn
 // with the shape, for the pack and every example alone: both schedules are covered, and isolation stays bitwise.
 // Shapes: K = V from GatedDeltaHeadDims, GQA (Hv = 2 or 3 × Hk), with and without the l2 norm, an initial state and
