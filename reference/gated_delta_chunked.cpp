@@ -61,6 +61,12 @@ ChunkView view(GatedDeltaChunkedInputs const& in, GatedDeltaChunkedSaved const& 
   return cv;
 }
 
+// m as a kernel's product reads it: each entry through `as_read` (unset: exact).
+Mat read_as(Mat m, std::function<double(double)> const& as_read) {
+  if (as_read) m = m.unaryExpr(as_read);
+  return m;
+}
+
 // P[i, j] = (q̂_i·k̂_j) exp(G_i − G_j) for i >= j; Â[i, j] = (k̂_i·k̂_j) exp(G_i − G_j) for i > j (A = diag(β) Â).
 Mat intra_p(ChunkView const& cv) {
   Mat P = cv.q_hat * cv.k_hat.transpose();
@@ -81,7 +87,8 @@ Mat intra_a_hat(ChunkView const& cv) {
 
 // The forward, chunk by chunk: rstd, gcum, Ainv = (I + A)^-1, h (the state entering each chunk), v_new = u − w·h,
 // o = (q̂ ⊙ exp(G)) h + P v_new, h_next = exp(G_last) h + (k̂ ⊙ exp(G_last − G))ᵀ v_new.
-GatedDeltaChunkedOut gated_delta_chunked_fwd(GatedDeltaChunkedInputs const& in, Index chunk) {
+GatedDeltaChunkedOut gated_delta_chunked_fwd(GatedDeltaChunkedInputs const& in, Index chunk,
+                                             GatedDeltaChunkedFwdOperands const& operands) {
   Index const T = in.q.size(0), Hk = in.Hk(), Hv = in.Hv(), K = in.K(), V = in.V();
   Index const N = Index(in.cu_seqlens.size()) - 1;
   std::vector<Chunk> const chunks = chunk_table(in.cu_seqlens, chunk);
@@ -130,8 +137,9 @@ GatedDeltaChunkedOut gated_delta_chunked_fwd(GatedDeltaChunkedInputs const& in, 
           kg.row(i) = cv.to_end(i) * cv.k_hat.row(i);
         }
         Mat const w = Tinv * kbg, u = Tinv * vb;
-        Mat const v_new = u - w * h;
-        Mat const o = qg * h + intra_p(cv) * v_new;
+        Mat const h_read = read_as(h, operands.state);
+        Mat const v_new = u - w * h_read, v_new_read = read_as(v_new, operands.v_new);
+        Mat const o = qg * h_read + intra_p(cv) * v_new_read;
         s.h.mat({ci, j}) = h;
         for (Index i = 0; i < L; ++i) {
           Index const t = c.start + i;
@@ -139,7 +147,7 @@ GatedDeltaChunkedOut gated_delta_chunked_fwd(GatedDeltaChunkedInputs const& in, 
           out.o.vec({t, j}) = o.row(i).transpose();
           for (Index jj = 0; jj < L; ++jj) s.Ainv({t, j, jj}) = Tinv(i, jj);
         }
-        h = cv.gamma() * h + kg.transpose() * v_new;
+        h = read_as(cv.gamma() * h + kg.transpose() * v_new_read, operands.carry);
       }
       out.final_state.mat({n, j}) = h;
     }
@@ -220,15 +228,11 @@ GatedDeltaGrads gated_delta_chunked_bwd(GatedDeltaChunkedInputs const& in, Gated
       Mat y(L, V);
       for (Index i = 0; i < L; ++i) y.row(i) = y_all.vec({c.start + i, j}).transpose();
       Mat const P = intra_p(cv), A_hat = intra_a_hat(cv);
-      auto const read = [](Mat m, std::function<double(double)> const& as_read) {
-        if (as_read) m = m.unaryExpr(as_read);
-        return m;
-      };
-      Mat const vn1 = read(vn, operands.intermediate), y1 = read(y, operands.intermediate),
-                h1 = read(h, operands.intermediate);
+      Mat const vn1 = read_as(vn, operands.intermediate), y1 = read_as(y, operands.intermediate),
+                h1 = read_as(h, operands.intermediate);
       Mat const D1 = d_o * vn1.transpose(), D2 = y1 * vn1.transpose();
       Mat const S1 = d_o * h1.transpose(), S2 = y1 * h1.transpose(),
-                S3 = read(vn, operands.vn_dh) * read(dhn, operands.vn_dh).transpose();  // [L, K]
+                S3 = read_as(vn, operands.vn_dh) * read_as(dhn, operands.vn_dh).transpose();  // [L, K]
       Mat dP(L, L), B(L, L);  // dP ⊙ decay (i >= j); B = β_i dA_ij decay (i > j)
       Vec dG = Vec::Zero(L), dbeta = Vec::Zero(L);
       for (Index i = 0; i < L; ++i) {

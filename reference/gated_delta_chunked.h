@@ -46,8 +46,16 @@ struct GatedDeltaChunkedOperands {
   std::function<double(double)> vn_dh;         // v_new and dh_next in v_new dh_nextᵀ (kVnDhParts)
 };
 
+// The forward's state products as a kernel reads their operands, likewise: `state` maps h where w·h and (q̂e^G)·h read
+// it, `v_new` where the state update and the in-chunk output read v_new, and `carry` the state handed from one chunk
+// to the next (the kernels keep it in fp32 registers). Unset, each is exact. The saved h is the state as carried, the
+// saved v_new as computed (before `v_new` reads it).
+struct GatedDeltaChunkedFwdOperands {
+  std::function<double(double)> state, v_new, carry;
+};
 // The forward, chunk by chunk (chunks of at most `chunk` tokens, never across examples).
-GatedDeltaChunkedOut gated_delta_chunked_fwd(GatedDeltaChunkedInputs const& in, Index chunk);
+GatedDeltaChunkedOut gated_delta_chunked_fwd(GatedDeltaChunkedInputs const& in, Index chunk,
+                                             GatedDeltaChunkedFwdOperands const& operands = {});
 // The backward from the inputs and the saved tensors only, as the kernels compute it (steps in the .cpp).
 GatedDeltaGrads gated_delta_chunked_bwd(GatedDeltaChunkedInputs const& in, GatedDeltaChunkedSaved const& s,
                                         Tensor const& dout, Tensor const& dfinal_state, Index chunk,
