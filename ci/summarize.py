@@ -4,6 +4,7 @@ error-budget share per test suite and checked tensor (from the "[  check   ]" li
 
 usage: summarize.py BUILD_DIR JUNIT_XML
 Exit status 0 when no test failed, 1 otherwise."""
+import json
 import re
 import subprocess
 import sys
@@ -15,12 +16,23 @@ CHECK = re.compile(r"^\[  check   \] (\S+) \| (PASS|FAIL) (.+?): max_abs (\S+) m
 
 
 def tests_by_label(build_dir):
+    """{test name: [its labels among LABELS]}, from one `ctest -N --show-only=json-v1` (each ctest call may list the
+    test binaries' cases again, which takes minutes on a machine where every binary initialises a GPU)."""
+    run = subprocess.run(["ctest", "--test-dir", build_dir, "-N", "--show-only=json-v1"],
+                         capture_output=True, text=True)
+    try:
+        tests = json.loads(run.stdout).get("tests", [])
+    except json.JSONDecodeError:
+        print(f"summarize: no test labels from `ctest --test-dir {build_dir} -N --show-only=json-v1` (exit "
+              f"{run.returncode}: {run.stderr.strip()[:200]}); every test counts as unlabelled", file=sys.stderr)
+        tests = []
     labels = {}
-    for label in LABELS:
-        out = subprocess.run(["ctest", "--test-dir", build_dir, "-N", "-L", f"^{label}$"],
-                             capture_output=True, text=True).stdout
-        for m in re.finditer(r"Test +#\d+: (.+)$", out, re.M):
-            labels.setdefault(m.group(1).strip(), []).append(label)
+    for test in tests:
+        for prop in test.get("properties", []):
+            if prop.get("name") == "LABELS":
+                found = [label for label in LABELS if label in prop.get("value", [])]
+                if found:
+                    labels[test["name"]] = found
     return labels
 
 
