@@ -151,6 +151,10 @@ GatedDeltaChainPlaces gated_delta_fwd_chain_places(GatedDeltaFwdParams const& p,
                                                    int smem_per_sm);
 GatedDeltaChainPlaces gated_delta_bwd_chain_places(GatedDeltaFwdParams const& p, GatedDeltaSchedule schedule, int sms,
                                                    int smem_per_sm);
+// What both take, checked in one place: `sms` and `smem_per_sm` positive, K = V supported, a forced schedule.
+// std::invalid_argument naming `who` and the values otherwise.
+void gated_delta_check_chain_places_args(char const* who, GatedDeltaFwdParams const& p, GatedDeltaSchedule schedule,
+                                         int sms, int smem_per_sm);
 // The by-shape choice of a pass from those places and the examples' chunks (p.chunks_host), on `sms` and
 // `smem_per_sm`: what gated_delta_schedule_on_device runs with the current device's numbers.
 GatedDeltaSchedule gated_delta_pick_schedule_for(GatedDeltaFwdParams const& p, GatedDeltaPass pass, int sms,

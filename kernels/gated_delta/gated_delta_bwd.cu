@@ -207,14 +207,7 @@ std::size_t gated_delta_bwd_workspace_bytes(GatedDeltaBwdParams const& p) { retu
 
 GatedDeltaChainPlaces gated_delta_bwd_chain_places(GatedDeltaFwdParams const& p, GatedDeltaSchedule schedule, int sms,
                                                    int smem_per_sm) {
-  auto fail = [](std::string const& what) { throw std::invalid_argument("gated_delta_bwd_chain_places: " + what); };
-  if (sms < 1 || smem_per_sm < 1) {
-    fail("expected sms >= 1 and smem_per_sm >= 1; got " + std::to_string(sms) + " and " + std::to_string(smem_per_sm));
-  }
-  if (!gated_delta_head_dims_supported(p.K, p.V)) fail(gated_delta_head_dims_refusal(p.K, p.V));
-  if (schedule != GatedDeltaSchedule::kLeanChain && schedule != GatedDeltaSchedule::kFullChain) {
-    fail("needs a forced schedule");
-  }
+  gated_delta_check_chain_places_args("gated_delta_bwd_chain_places", p, schedule, sms, smem_per_sm);
   bool const lean = schedule == GatedDeltaSchedule::kLeanChain;
   int const slabs = lean ? kLeanSlabs : full_chain_slabs(p, sms);
   std::size_t const smem = FUSEPACK_DTYPE_SWITCH(p.dtype, T, [&] {

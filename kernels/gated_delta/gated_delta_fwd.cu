@@ -314,21 +314,29 @@ void launch_lean_chain(GatedDeltaFwdParams const& p, float const* rec, __nv_bflo
 
 }  // namespace
 
+void gated_delta_check_chain_places_args(char const* who, GatedDeltaFwdParams const& p, GatedDeltaSchedule schedule,
+                                         int sms, int smem_per_sm) {
+  auto const refuse = [who](std::string const& what) { throw std::invalid_argument(std::string(who) + ": " + what); };
+  if (sms < 1 || smem_per_sm < 1) {
+    refuse("expected sms >= 1 and smem_per_sm >= 1; got " + std::to_string(sms) + " and " +
+           std::to_string(smem_per_sm));
+  }
+  if (!gated_delta_head_dims_supported(p.K, p.V)) refuse(gated_delta_head_dims_refusal(p.K, p.V));
+  if (schedule != GatedDeltaSchedule::kLeanChain && schedule != GatedDeltaSchedule::kFullChain) {
+    refuse(std::string("needs a forced schedule; got '") + gated_delta_schedule_name(schedule) + "'");
+  }
+}
+
 GatedDeltaChainPlaces gated_delta_fwd_chain_places(GatedDeltaFwdParams const& p, GatedDeltaSchedule schedule, int sms,
                                                    int smem_per_sm) {
   static_assert(16 * kLeanSlabs == kGatedDeltaLeanColumns, "gated_delta_lean_blocks_per_example counts these blocks");
-  if (sms < 1 || smem_per_sm < 1) {
-    throw std::invalid_argument("gated_delta_fwd_chain_places: expected sms >= 1 and smem_per_sm >= 1; got " +
-                                std::to_string(sms) + " and " + std::to_string(smem_per_sm));
-  }
-  if (!gated_delta_head_dims_supported(p.K, p.V)) fail(gated_delta_head_dims_refusal(p.K, p.V));
+  gated_delta_check_chain_places_args("gated_delta_fwd_chain_places", p, schedule, sms, smem_per_sm);
   if (schedule == GatedDeltaSchedule::kLeanChain) {
     std::size_t const smem = FUSEPACK_DTYPE_SWITCH(p.dtype, T, [&] {
       return FUSEPACK_GATED_DELTA_HEAD_DIM_SWITCH(p.K, kK, [&] { return ChainSmem<T, kK, kLeanSlabs>::kBytes; });
     });
     return {gated_delta_lean_blocks_per_example(p.Hv, p.V), sms * gated_delta_blocks_per_sm(smem, smem_per_sm)};
   }
-  if (schedule != GatedDeltaSchedule::kFullChain) fail("gated_delta_fwd_chain_places: needs a forced schedule");
   // The largest block the launcher may ask for: a multiprocessor's shared memory less the 1 KB reserved per block
   // (Hopper's opt-in limit, 227 of 228 KB).
   std::size_t const smem_limit = std::min<std::size_t>(std::size_t(smem_per_sm) - 1024, kMaxBlockSmem);
@@ -345,8 +353,8 @@ GatedDeltaChainPlaces gated_delta_fwd_chain_places(GatedDeltaFwdParams const& p,
 namespace {
 
 // The last by-shape choice of each pass with everything it depends on. Every layer of a model step asks again for
-// the same pack, and the op's time is exposed to the host's (it reads cu_seqlens back before launching), while the
-// list schedule takes microseconds per thousand blocks (a pack of 300 short examples at Hv = 32 hands out 38,400).
+// the same pack, and the list schedule takes microseconds per thousand blocks (a pack of 300 short examples at
+// Hv = 32 hands out 38,400), host time before the pass's first launch that shows whenever the GPU waits for it.
 struct SchedulePick {
   std::vector<std::int64_t> chunks;
   int Hv = 0, V = 0, K = 0, sms = 0, smem_per_sm = 0;
