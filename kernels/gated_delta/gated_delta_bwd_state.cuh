@@ -70,6 +70,12 @@ __global__ void __launch_bounds__(kSlabs * kKSplit * 32, 1)
   using Pol = SplitPolicy<T>;
   constexpr int kBThreads = kSlabs * kKSplit * 32, kBV = St::kBV, kKW = K / kKSplit, kStateTiles = kKW / 8;
   constexpr int kPF = Pol::kOrder + 1, kPR = Pol::kRawParts, kOrder = Pol::kOrder;
+  // The lean chain's half-K slabs leave registers to spare: its products run over every token tile of the last chunk
+  // too (rows_all), where the full chain skips those past L, and in 16-bit runs its copies are unrolled
+  // (copy_rows_async; fp32 runs' single stage has no registers left for that). The stage holds zeros past L (rows of
+  // k, q, do, the planes and the records), so those products add zeros; a guard makes the compiler recompute the
+  // operands' shared-memory addresses behind it, which saves the full chain registers at the cost of instructions.
+  constexpr bool rows_all = kKSplit == 2, kUnrolledCopies = rows_all && sizeof(T) == 2;
   extern __shared__ __align__(16) unsigned char gd_state_smem[];
 
   int const tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
@@ -111,25 +117,25 @@ __global__ void __launch_bounds__(kSlabs * kKSplit * 32, 1)
     std::int64_t const t0 = bos + std::int64_t(c - c_first) * kChunk;
     int const L = static_cast<int>(eos - t0 < kChunk ? eos - t0 : kChunk);
     constexpr int kRowT = int(sizeof(T)) * K, kLdT = int(sizeof(T)) * St::kLdK;
-    copy_rows_async<kChunk, kRowT, kBThreads>(base + St::kKTile, kLdT, k + (t0 * Hk + khead) * K, sizeof(T) * Hk * K,
-                                              L);
-    copy_rows_async<kChunk, kRowT, kBThreads>(base + St::kQTile, kLdT, q + (t0 * Hk + khead) * K, sizeof(T) * Hk * K,
-                                              L);
-    copy_rows_async<kChunk, int(sizeof(T)) * kBV, kBThreads>(base + St::kDoTile, int(sizeof(T)) * St::kLdV,
-                                                             dout + (t0 * Hv + j) * V + v0, sizeof(T) * Hv * V, L);
+    copy_rows_async<kChunk, kRowT, kBThreads, kUnrolledCopies>(base + St::kKTile, kLdT, k + (t0 * Hk + khead) * K,
+                                                               sizeof(T) * Hk * K, L);
+    copy_rows_async<kChunk, kRowT, kBThreads, kUnrolledCopies>(base + St::kQTile, kLdT, q + (t0 * Hk + khead) * K,
+                                                               sizeof(T) * Hk * K, L);
+    copy_rows_async<kChunk, int(sizeof(T)) * kBV, kBThreads, kUnrolledCopies>(
+        base + St::kDoTile, int(sizeof(T)) * St::kLdV, dout + (t0 * Hv + j) * V + v0, sizeof(T) * Hv * V, L);
 #pragma unroll
     for (int part = 0; part < kPF; ++part) {
       constexpr int kRowP = 2 * kChunk, kLdP = 2 * kLdSq;
-      copy_rows_async<kChunk, kRowP, kBThreads>(base + St::kPPlanes + 2 * part * kPlane, kLdP,
-                                                P_planes + ((std::int64_t(c) * Hv + j) * kPF + part) * kChunk * kChunk,
-                                                kRowP, kChunk);
-      copy_rows_async<kChunk, kRowP, kBThreads>(base + St::kAPlanes + 2 * part * kPlane, kLdP,
-                                                A_planes + ((t0 * Hv + j) * kPF + part) * kChunk,
-                                                2 * std::int64_t(Hv) * kPF * kChunk, L);
+      copy_rows_async<kChunk, kRowP, kBThreads, kUnrolledCopies>(
+          base + St::kPPlanes + 2 * part * kPlane, kLdP,
+          P_planes + ((std::int64_t(c) * Hv + j) * kPF + part) * kChunk * kChunk, kRowP, kChunk);
+      copy_rows_async<kChunk, kRowP, kBThreads, kUnrolledCopies>(base + St::kAPlanes + 2 * part * kPlane, kLdP,
+                                                                 A_planes + ((t0 * Hv + j) * kPF + part) * kChunk,
+                                                                 2 * std::int64_t(Hv) * kPF * kChunk, L);
     }
-    copy_rows_async<kChunk, 4 * kBwdRecord, kBThreads>(base + St::kRec, 4 * kBwdRecord,
-                                                       rec + (t0 * Hv + j) * kBwdRecord,
-                                                       4 * std::int64_t(Hv) * kBwdRecord, L);
+    copy_rows_async<kChunk, 4 * kBwdRecord, kBThreads, kUnrolledCopies>(base + St::kRec, 4 * kBwdRecord,
+                                                                        rec + (t0 * Hv + j) * kBwdRecord,
+                                                                        4 * std::int64_t(Hv) * kBwdRecord, L);
   };
 
   if (c_end > c_first) issue(c_end - 1, 0);
@@ -169,7 +175,7 @@ __global__ void __launch_bounds__(kSlabs * kKSplit * 32, 1)
       a_from_acc<kPF>(dh[2 * ks], dh[2 * ks + 1], a);
 #pragma unroll
       for (int np = 0; np < 4; ++np) {
-        if (16 * np < L) {
+        if (rows_all || 16 * np < L) {
           std::uint32_t b0[kPR][2], b1[kPR][2];
           load_b_cols_x2<T, kPR>(k_tile, St::kLdK, 16 * np, d0 + 16 * ks, lane, b0, b1);
           mma_split<kOrder>(x[2 * np], a, b0);
@@ -184,8 +190,8 @@ __global__ void __launch_bounds__(kSlabs * kKSplit * 32, 1)
     }
 #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {  // token blocks r of doᵀ; P[r][i] = 0 for i > r
-      if (16 * ks < L && (kKSplit == 1 || kh == 0 || ks > 0)) {  // the second warp's blocks {1, 2} need r >= 1
-        float f[8];
+      if ((rows_all || 16 * ks < L) && (kKSplit == 1 || kh == 0 || ks > 0)) {  // the second warp's blocks {1, 2}
+        float f[8];                                                               // need r >= 1
         load_a_trans_floats<T>(do_tile, St::kLdV, wc, 16 * ks, lane, f);
         std::uint32_t a[kPR][4];
         a_from_floats<kPR>(f, a);
@@ -215,7 +221,7 @@ __global__ void __launch_bounds__(kSlabs * kKSplit * 32, 1)
     float y[8][4] = {};
 #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
-      if (16 * ks < L && (kKSplit == 1 || kh == 0 || ks > 0)) {
+      if ((rows_all || 16 * ks < L) && (kKSplit == 1 || kh == 0 || ks > 0)) {
         std::uint32_t a[kPF][4];
         a_from_acc<kPF>(x[2 * ks], x[2 * ks + 1], a);
 #pragma unroll
@@ -265,7 +271,7 @@ __global__ void __launch_bounds__(kSlabs * kKSplit * 32, 1)
     }
 #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
-      if (16 * ks < L) {
+      if (rows_all || 16 * ks < L) {
         float f[8];
         load_a_trans_floats<T>(do_tile, St::kLdV, wc, 16 * ks, lane, f);
 #pragma unroll

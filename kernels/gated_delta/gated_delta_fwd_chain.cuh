@@ -92,7 +92,7 @@ __global__ void __launch_bounds__(kSlabs * 64, 1)
     unsigned char* base = gd_smem + s * Sm::kStage;
     std::int64_t const t0 = bos + std::int64_t(it) * kChunk;
     int const L = static_cast<int>(eos - t0 < kChunk ? eos - t0 : kChunk);
-    copy_chunk_inputs<T, kK, kBV, kThreads, false>(p, rec, ainv_planes, t0, L, hk, hv, v0, base + Sm::kKTile, nullptr,
+    copy_chunk_inputs<T, kK, kBV, kThreads, false, true>(p, rec, ainv_planes, t0, L, hk, hv, v0, base + Sm::kKTile, nullptr,
                                                    int(sizeof(T)) * Sm::kLdK, base + Sm::kVTile,
                                                    int(sizeof(T)) * Sm::kLdV, base + Sm::kPlanes, base + Sm::kRec);
   };
@@ -115,7 +115,8 @@ __global__ void __launch_bounds__(kSlabs * 64, 1)
     int const L = static_cast<int>(eos - t0 < kChunk ? eos - t0 : kChunk);
     std::int64_t const chunk_head = std::int64_t(chunk0 + it) * Hv + hv;
 
-    // X = (k h)ᵀ over the warp's state columns (A = the state slab, B = the raw k rows; token tiles past L are zero).
+    // X = (k h)ᵀ over the warp's state columns (A = the state slab, B = the raw k rows; the rows past L are zeros in
+    // the stage, so the last chunk's products need no guard, which would make the compiler recompute every address).
     // The state entering the chunk goes out on the way, one 16-byte store per tile among the products.
     float* const hc = h_out + chunk_head * V * kK + state_tile(kK, vb, d0 / 8) + 4 * lane;
     float x[8][4] = {};
@@ -129,12 +130,10 @@ __global__ void __launch_bounds__(kSlabs * 64, 1)
       a_from_acc<kPF>(h[2 * ks], h[2 * ks + 1], a);
 #pragma unroll
       for (int np = 0; np < 4; ++np) {
-        if (16 * np < L) {
-          std::uint32_t b0[kPR][2], b1[kPR][2];
-          load_b_cols_x2<T, kPR>(k_tile, Sm::kLdK, 16 * np, d0 + 16 * ks, lane, b0, b1);
-          mma_split<Pol::kOrder>(x[2 * np], a, b0);
-          mma_split<Pol::kOrder>(x[2 * np + 1], a, b1);
-        }
+        std::uint32_t b0[kPR][2], b1[kPR][2];
+        load_b_cols_x2<T, kPR>(k_tile, Sm::kLdK, 16 * np, d0 + 16 * ks, lane, b0, b1);
+        mma_split<Pol::kOrder>(x[2 * np], a, b0);
+        mma_split<Pol::kOrder>(x[2 * np + 1], a, b1);
       }
     }
     tiles_to_smem(x, x_mine, lane);
@@ -180,7 +179,7 @@ __global__ void __launch_bounds__(kSlabs * 64, 1)
     }
 
     // hᵀ ← e^{G_last} hᵀ + (rstd_k e^{G_last − G} ⊙ v_new)ᵀ k, each warp over its state columns.
-    update_state(h, vn, k_tile, Sm::kLdK, rec_tile, d0, L, lane);
+    update_state(h, vn, k_tile, Sm::kLdK, rec_tile, d0, kChunk, lane);  // unguarded: zeros past L
   }
 
   if (p.final_state != nullptr) store_state_slab(h, p.final_state, state_off, d0, V, t);

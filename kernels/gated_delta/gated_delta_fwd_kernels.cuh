@@ -94,8 +94,8 @@ __device__ __forceinline__ void build_p_planes(T const* q_tile, T const* k_tile,
 // One chunk's inputs into a recurrence's stage by the block's kThreads threads (cp.async; the caller commits): the raw
 // k rows of key head hk and, kWithQ, its q rows ([64][kK] of T, rows ldk bytes apart), value head hv's kBV value
 // columns from v0 (rows ldv bytes apart), its (I + A)^-1 planes ([parts][64][kLdSq] bf16) and token records
-// ([64][kRecord] fp32), for the chunk's rows [t0, t0 + L); rows at or past L as zeros.
-template <typename T, int kK, int kBV, int kThreads, bool kWithQ>
+// ([64][kRecord] fp32), for the chunk's rows [t0, t0 + L); rows at or past L as zeros. kUnrolled: copy_rows_async's.
+template <typename T, int kK, int kBV, int kThreads, bool kWithQ, bool kUnrolled = false>
 __device__ __forceinline__ void copy_chunk_inputs(GatedDeltaFwdParams const& p, float const* rec,
                                                   __nv_bfloat16 const* ainv_planes, std::int64_t t0, int L, int hk,
                                                   int hv, int v0, unsigned char* k_dst, unsigned char* q_dst, int ldk,
@@ -104,21 +104,21 @@ __device__ __forceinline__ void copy_chunk_inputs(GatedDeltaFwdParams const& p, 
   constexpr int kPF = SplitPolicy<T>::kOrder + 1, kRowT = int(sizeof(T)) * kK;
   int const Hk = p.Hk, Hv = p.Hv, V = p.V;
   std::int64_t const qk0 = (t0 * Hk + hk) * kK, qk_stride = sizeof(T) * std::int64_t(Hk) * kK;
-  copy_rows_async<kChunk, kRowT, kThreads>(k_dst, ldk, static_cast<T const*>(p.k) + qk0, qk_stride, L);
+  copy_rows_async<kChunk, kRowT, kThreads, kUnrolled>(k_dst, ldk, static_cast<T const*>(p.k) + qk0, qk_stride, L);
   if constexpr (kWithQ) {
-    copy_rows_async<kChunk, kRowT, kThreads>(q_dst, ldk, static_cast<T const*>(p.q) + qk0, qk_stride, L);
+    copy_rows_async<kChunk, kRowT, kThreads, kUnrolled>(q_dst, ldk, static_cast<T const*>(p.q) + qk0, qk_stride, L);
   }
   T const* const v = static_cast<T const*>(p.v);
-  copy_rows_async<kChunk, int(sizeof(T)) * kBV, kThreads>(v_dst, ldv, v + (t0 * Hv + hv) * V + v0, sizeof(T) * Hv * V,
-                                                          L);
+  copy_rows_async<kChunk, int(sizeof(T)) * kBV, kThreads, kUnrolled>(v_dst, ldv, v + (t0 * Hv + hv) * V + v0,
+                                                                     sizeof(T) * Hv * V, L);
 #pragma unroll
   for (int part = 0; part < kPF; ++part) {
-    copy_rows_async<kChunk, 2 * kChunk, kThreads>(planes_dst + 2 * part * kPlane, 2 * kLdSq,
-                                                  ainv_planes + ((t0 * Hv + hv) * kPF + part) * kChunk,
-                                                  2 * std::int64_t(Hv) * kPF * kChunk, L);
+    copy_rows_async<kChunk, 2 * kChunk, kThreads, kUnrolled>(planes_dst + 2 * part * kPlane, 2 * kLdSq,
+                                                             ainv_planes + ((t0 * Hv + hv) * kPF + part) * kChunk,
+                                                             2 * std::int64_t(Hv) * kPF * kChunk, L);
   }
-  copy_rows_async<kChunk, 4 * kRecord, kThreads>(rec_dst, 4 * kRecord, rec + (t0 * Hv + hv) * kRecord,
-                                                 4 * std::int64_t(Hv) * kRecord, L);
+  copy_rows_async<kChunk, 4 * kRecord, kThreads, kUnrolled>(rec_dst, 4 * kRecord, rec + (t0 * Hv + hv) * kRecord,
+                                                            4 * std::int64_t(Hv) * kRecord, L);
 }
 
 // Y_i = β_i (v_i − e^{G_i} rstd_k_i X_i) in place of X ([16 columns, 64 tokens] accumulator tiles of the warp), from
@@ -139,11 +139,13 @@ __device__ __forceinline__ void y_from_x(float (&x)[8][4], T const* v_tile, int 
 }
 
 // hᵀ ← e^{G_last} hᵀ + (rstd_k e^{G_last − G} ⊙ v_new)ᵀ k over the warp's state columns d0.. (kTiles accumulator
-// tiles), with the raw k rows of the chunk (rows ld apart) as operand; vn is scaled in place. Token tiles past L are
-// zero and skipped.
+// tiles), with the raw k rows of the chunk (rows ld apart) as operand; vn is scaled in place. Token tiles at or past
+// `rows` are skipped: the chunk's length L, or kChunk from a kernel with registers to spare (the k rows and records
+// past L are zeros in shared memory, so those products add zeros; a guard makes the compiler recompute the operands'
+// addresses behind it, which saves registers at the cost of instructions).
 template <typename T, int kTiles>
 __device__ __forceinline__ void update_state(float (&h)[kTiles][4], float (&vn)[8][4], T const* k_tile, int ld,
-                                             float const* rec_tile, int d0, int L, int lane) {
+                                             float const* rec_tile, int d0, int rows, int lane) {
   using Pol = SplitPolicy<T>;
   constexpr int kPF = Pol::kOrder + 1, kPR = Pol::kRawParts;
   int const t = lane & 3;
@@ -160,7 +162,7 @@ __device__ __forceinline__ void update_state(float (&h)[kTiles][4], float (&vn)[
   }
 #pragma unroll
   for (int ks = 0; ks < 4; ++ks) {
-    if (16 * ks < L) {
+    if (16 * ks < rows) {
       std::uint32_t a[kPF][4];
       a_from_acc<kPF>(vn[2 * ks], vn[2 * ks + 1], a);
 #pragma unroll

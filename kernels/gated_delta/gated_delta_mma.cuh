@@ -67,21 +67,38 @@ __device__ __forceinline__ void cp_async16(void* smem, void const* gmem, int src
 }
 // kRows rows of kRowBytes bytes (whole 16-byte vectors) global → shared by cp.async over the kThreads threads of the
 // block: global rows `stride` bytes apart from `src`, shared rows `ld` bytes apart from `dst`; rows at or past
-// `valid` are written as zeros (nothing is read for them). Not unrolled: the callers are kernels at the register
-// limit, where a copy's unrolled addresses would spill.
-template <int kRows, int kRowBytes, int kThreads>
+// `valid` are written as zeros (nothing is read for them). Not unrolled by default: most callers are kernels at the
+// register limit, where a copy's unrolled addresses would spill; kUnrolled for a kernel with registers to spare, where
+// each copy then costs a few instructions instead of a loop's index arithmetic.
+template <int kRows, int kRowBytes, int kThreads, bool kUnrolled = false>
 __device__ __forceinline__ void copy_rows_async(void* dst, int ld, void const* src, std::int64_t stride, int valid) {
   static_assert(kRowBytes % 16 == 0, "whole 16-byte vectors");
   constexpr int kVecs = kRowBytes / 16, kTotal = kRows * kVecs, kIters = (kTotal + kThreads - 1) / kThreads;
   int const tid = threadIdx.x;
-#pragma unroll 1
-  for (int u = 0; u < kIters; ++u) {
-    int const idx = tid + u * kThreads;
-    if (kTotal % kThreads != 0 && idx >= kTotal) break;
+  auto const copy = [&](int idx) {
     int const r = idx / kVecs, cv = idx % kVecs;
     bool const in = r < valid;
     auto const* from = static_cast<unsigned char const*>(src) + (in ? r * stride + 16 * cv : 0);
     cp_async16(static_cast<unsigned char*>(dst) + r * ld + 16 * cv, from, in ? 16 : 0);
+  };
+  if constexpr (kUnrolled) {  // each thread on one column of vectors, kThreads / kVecs rows apart
+    static_assert(kThreads % kVecs == 0 && kTotal % kThreads == 0, "whole rows per pass, whole passes");
+    constexpr int kRowStep = kThreads / kVecs;
+    int const r0 = tid / kVecs, cv = tid % kVecs;
+    auto const* from = static_cast<unsigned char const*>(src) + r0 * stride + 16 * cv;
+    auto* to = static_cast<unsigned char*>(dst) + r0 * ld + 16 * cv;
+#pragma unroll
+    for (int u = 0; u < kIters; ++u) {
+      bool const in = r0 + u * kRowStep < valid;
+      cp_async16(to + u * kRowStep * ld, in ? from + u * kRowStep * stride : src, in ? 16 : 0);
+    }
+  } else {
+#pragma unroll 1
+    for (int u = 0; u < kIters; ++u) {
+      int const idx = tid + u * kThreads;
+      if (kTotal % kThreads != 0 && idx >= kTotal) break;
+      copy(idx);
+    }
   }
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
