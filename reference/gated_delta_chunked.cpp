@@ -137,9 +137,8 @@ GatedDeltaChunkedOut gated_delta_chunked_fwd(GatedDeltaChunkedInputs const& in, 
           kg.row(i) = cv.to_end(i) * cv.k_hat.row(i);
         }
         Mat const w = Tinv * kbg, u = Tinv * vb;
-        Mat const h_read = read_as(h, operands.state);
-        Mat const v_new = u - w * h_read, v_new_read = read_as(v_new, operands.v_new);
-        Mat const o = qg * h_read + intra_p(cv) * v_new_read;
+        Mat const v_new = u - w * read_as(h, operands.state), v_new_read = read_as(v_new, operands.v_new);
+        Mat const o = qg * read_as(h, operands.state_out) + intra_p(cv) * v_new_read;
         s.h.mat({ci, j}) = h;
         for (Index i = 0; i < L; ++i) {
           Index const t = c.start + i;

@@ -46,12 +46,13 @@ struct GatedDeltaChunkedOperands {
   std::function<double(double)> vn_dh;         // v_new and dh_next in v_new dh_nextᵀ (kVnDhParts)
 };
 
-// The forward's state products as a kernel reads their operands, likewise: `state` maps h where w·h and (q̂e^G)·h read
-// it, `v_new` where the state update and the in-chunk output read v_new, and `carry` the state handed from one chunk
-// to the next (the kernels keep it in fp32 registers). Unset, each is exact. The saved h is the state as carried, the
-// saved v_new as computed (before `v_new` reads it).
+// The forward's state products as a kernel reads their operands, likewise: `state` maps h where w·h reads it (the
+// chain's serial path), `state_out` where the output's (q̂e^G)·h reads it, `v_new` where the state update and the
+// in-chunk output read v_new, and `carry` the state handed from one chunk to the next (the kernels keep it in fp32
+// registers). Unset, each is exact. The saved h is the state as carried, the saved v_new as computed (before `v_new`
+// reads it).
 struct GatedDeltaChunkedFwdOperands {
-  std::function<double(double)> state, v_new, carry;
+  std::function<double(double)> state, state_out, v_new, carry;
 };
 // The forward, chunk by chunk (chunks of at most `chunk` tokens, never across examples).
 GatedDeltaChunkedOut gated_delta_chunked_fwd(GatedDeltaChunkedInputs const& in, Index chunk,

@@ -245,21 +245,25 @@ std::vector<FwdSteps> fwd_error_in_steps(PolicyDraw const& d,
 
 std::function<double(double)> const kFp32 = [](double x) { return verify::round_to(verify::Dtype::kF32, x); };
 // The kernels' forward: h and v_new as two bf16 parts, the state carried in fp32.
-ref::GatedDeltaChunkedFwdOperands const kFwdPolicy{bf16_parts(2), bf16_parts(2), kFp32};
+ref::GatedDeltaChunkedFwdOperands const kFwdPolicy{bf16_parts(2), bf16_parts(2), bf16_parts(2), kFp32};
+// A candidate that shortens the chains' serial path: h as one part in w·h (their X = (k h)ᵀ). Within one step of o and
+// the final state here, but not adopted: on the H200 it took dg's budget use at one example of 32768 tokens without
+// decay from 20% to 90.5% (the v_new it saves feeds the backward's dg terms) and the final state's from 0.1% to 30.6%.
+ref::GatedDeltaChunkedFwdOperands const kOnePartCandidate{bf16_parts(1), bf16_parts(2), bf16_parts(2), kFp32};
 
 // Without decay (g = 0) and with small β (≤ 0.1: each chunk writes little, so the state keeps what entered it) an
 // error that enters the state stays, so what matters is whether a rounding enters the state once per chunk or stays
-// in the products. The kernels' policy, and one bf16 part for h (the lean chain splits h into parts on its serial
-// path, so this is the candidate that shortens it): an operand's rounding enters the state only through w·h and does
-// not compound. Planted: the state carried in bf16 between chunks, whose rounding compounds over the 64 chunks: the
-// final state off by 3.6–4.5 steps on every draw tried (seeds 1, 2, 3, 5), where the policies stay under 0.2 and 0.13.
+// in the products. The kernels' policy, and the one-part candidate: an operand's rounding enters the state only
+// through w·h and does not compound. Planted: the state carried in bf16 between chunks, whose rounding compounds over
+// the 64 chunks: the final state off by 3.6–4.5 steps on every draw tried (seeds 1, 2, 3, 5); on this one (seed 5)
+// the kernels' policy puts o 0.001 and the final state 0.0003 of a step off, the candidate 0.05 and 0.13.
 TEST(GatedDeltaChunked, Bf16StateOperandsKeepTheForwardWithinOneStepWherePlantedCarryFails) {
   std::mt19937_64 fixed(5);  // not FUSEPACK_SEED: a fixed draw, so the plant's margin above is the one this runs
   std::function<double(double)> const bf16 = [](double x) { return verify::round_to(verify::Dtype::kBF16, x); };
-  std::vector<FwdSteps> const steps = fwd_error_in_steps(
-      draw_for_policy(fixed, 0.0, 0.1),
-      {kFwdPolicy, {bf16_parts(1), bf16_parts(2), kFp32}, {bf16_parts(2), bf16_parts(2), bf16}});
-  char const* const names[] = {"the kernels' policy", "h as one part", "planted: the state carried in bf16"};
+  std::vector<FwdSteps> const steps =
+      fwd_error_in_steps(draw_for_policy(fixed, 0.0, 0.1),
+                         {kFwdPolicy, kOnePartCandidate, {bf16_parts(2), bf16_parts(2), bf16_parts(2), bf16}});
+  char const* const names[] = {"the kernels' policy", "h as one part in w·h", "planted: the state carried in bf16"};
   for (std::size_t i = 0; i < steps.size(); ++i) {
     std::printf("[  policy  ] g = 0, fixed draw, %s: o off by %.1f%% of one bf16 step, final state by %.1f%%\n",
                 names[i], 100 * steps[i].o, 100 * steps[i].final_state);
@@ -272,16 +276,18 @@ TEST(GatedDeltaChunked, Bf16StateOperandsKeepTheForwardWithinOneStepWherePlanted
 }
 
 // Random draws, with decay as the long GPU cases (g in [−0.05, 0]) and without, β up to 1 and up to 0.1: the kernels'
-// policy and h as one part.
+// policy and the one-part candidate. Measured with the default seed (full level, 3 draws each): the kernels' policy
+// at most 0.001 of a step; the candidate at most 0.22 for o and 0.27 for the final state (no decay, β up to 1),
+// 0.09 / 0.03 with decay.
 TEST(GatedDeltaChunked, Bf16StateOperandsKeepTheForwardWithinOneStep) {
   auto rng = test_rng();
   for (double const g_min : {-0.05, 0.0}) {
     for (double const beta_max : {1.0, 0.1}) {
       for (int d = 0; d < cases(1, 3); ++d) {
-        std::vector<FwdSteps> const steps = fwd_error_in_steps(draw_for_policy(rng, g_min, beta_max),
-                                                               {kFwdPolicy, {bf16_parts(1), bf16_parts(2), kFp32}});
+        std::vector<FwdSteps> const steps =
+            fwd_error_in_steps(draw_for_policy(rng, g_min, beta_max), {kFwdPolicy, kOnePartCandidate});
         std::printf("[  policy  ] g in [%g, 0], beta <= %g, draw %d: o off by %.1f%% / %.1f%% of one bf16 step, "
-                    "final state by %.1f%% / %.1f%% (the kernels' policy / h as one part)\n",
+                    "final state by %.1f%% / %.1f%% (the kernels' policy / h as one part in w·h)\n",
                     g_min, beta_max, d, 100 * steps[0].o, 100 * steps[1].o, 100 * steps[0].final_state,
                     100 * steps[1].final_state);
         for (FwdSteps const& s : steps) {
