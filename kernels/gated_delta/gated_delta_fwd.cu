@@ -409,9 +409,9 @@ GatedDeltaSchedule gated_delta_schedule_on_device(GatedDeltaFwdParams const& p, 
   return gated_delta_pick_schedule_for(p, pass, sms, smem_per_sm);
 }
 
-// By shape on the H200 at V = 128, bf16: one example of 8192 tokens runs lean in both passes at Hv = 32, 8 × 1024 full;
-// at Hv = 48 one example runs the forward lean and the backward full; the trainer's packs of mixed lengths mostly
-// lean (kernels/gated_delta/NOTES.md has both schedules' times).
+// By shape on the H200 at V = 128, bf16: one example of 8192 tokens runs lean in both passes at Hv = 32 and 48,
+// 8 × 1024 full; the trainer's packs of mixed lengths lean in the forward and mostly in the backward
+// (kernels/gated_delta/NOTES.md has both schedules' times).
 GatedDeltaSchedule gated_delta_fwd_schedule(GatedDeltaFwdParams const& p) {
   return gated_delta_schedule_on_device(p, GatedDeltaPass::kForward);
 }

@@ -95,13 +95,13 @@ inline std::int64_t gated_delta_chain_steps(std::vector<std::int64_t> const& chu
 // How many of the lean chain's chunk steps take as long as one of the full chain's, per pass: the full chain's step
 // does more (the forward's also forms P and o, the backward's runs each warp over all of K), so the lean chain may
 // take more steps and still finish first. Each set between the step ratios (lean / full, gated_delta_chain_steps) at
-// which the H200 measured either schedule faster (fusepack-bench gated_delta, bf16, K = V = 128; nine training packs
+// which the H200 measured either schedule faster (fusepack-bench gated_delta, bf16, K = V = 128; eight training packs
 // at Hv = 16 and the fixed shapes; kernels/gated_delta/NOTES.md): the forward's lean chain was faster at every ratio
 // up to 1.13 (all the packs, one example of 8192 tokens) and slower at 2.0 (8 × 1024); the backward's faster up to
-// 1.49 and slower from 1.71 on (packs whose short examples' lean blocks queue behind the longest, 8 × 1024, and one
-// example of 8192 tokens at Hv = 48, where the lean blocks take two waves).
+// 2.0 (packs whose short examples' lean blocks queue behind the longest, one example of 8192 tokens at Hv = 48, where
+// the lean blocks take two waves), even at 2.86 (0.685 against 0.693 ms) and slower at 4.0 (8 × 1024).
 inline constexpr double kGatedDeltaFwdLeanStepsPerFullStep = 1.5;
-inline constexpr double kGatedDeltaBwdLeanStepsPerFullStep = 1.6;
+inline constexpr double kGatedDeltaBwdLeanStepsPerFullStep = 2.5;
 
 // The by-shape rule of both passes, in one place: the lean chain when its chunk steps (gated_delta_chain_steps over
 // its blocks) are at most `lean_steps_per_full_step` times the full chain's, the full chain otherwise. A pack's time
