@@ -1,0 +1,224 @@
+#!/usr/bin/env python3
+"""Counts a CUDA kernel's machine instructions (SASS) per line of its own source: where the instructions of its
+hottest loop go (or of the whole function, --whole). For kernels whose time is their instruction count times a lone
+warp's dependency latency, as the Gated DeltaNet recurrences (kernels/gated_delta/NOTES.md), this is the profile that
+says which source lines to shorten, without a GPU.
+
+usage: sass_lines.py [--whole] [--inner] [--arch ARCH] OBJECT KERNEL
+  OBJECT  a cubin, or a file with cubins inside (a CMake object file such as
+          build/kernels/CMakeFiles/fusepack_kernels.dir/gated_delta/gated_delta_fwd.cu.o, a library, an executable)
+  KERNEL  a regular expression searched in the kernels' mangled names; it must match exactly one
+          (for example 'state_chainI13__nv_bfloat16Li128')
+
+Each instruction counts against the kernel's own source line it came from: the call site in the kernel body for code
+inlined from helpers (--inner: the innermost line instead). The loop is the backward branch that spans the most
+instructions; its body is unrolled in fusepack's recurrences, so its static count is the count per iteration once it
+has no inner loops (a count under an inner loop line runs that loop's trip count times). Needs the objects built with
+line info (fusepack's CMake passes -lineinfo to nvcc) and the CUDA toolkit's nvdisasm and cuobjdump on PATH, in
+$CUDA_HOME/bin or in /usr/local/cuda/bin.
+Exit status 0 on success, 2 on a usage error (no such file, no or several matching kernels, no tool)."""
+import argparse
+import collections
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+SECTION = re.compile(r"^//-+ \.text\.(\S+) -+$")
+LINE_INFO = re.compile(r'^\s*//## File "([^"]+)", line (\d+)(.*)$')
+INLINED_AT = re.compile(r'inlined at "([^"]+)", line (\d+)')
+INSTRUCTION = re.compile(r"^\s+/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
+LABEL = re.compile(r"^(\.L_x_\d+):")
+BRANCH = re.compile(r"\bBRA\b[^`]*`\((\.L_x_\d+)\)")
+
+
+class UsageError(Exception):
+    pass
+
+
+def tool(name):
+    """The path of a CUDA toolkit binary, or UsageError naming where it was looked for."""
+    places = [shutil.which(name)]
+    for root in (os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
+        if root:
+            places.append(os.path.join(root, "bin", name))
+    for p in places:
+        if p and os.access(p, os.X_OK):
+            return p
+    raise UsageError(f"{name} not found on PATH, in $CUDA_HOME/bin or /usr/local/cuda/bin (it comes with the CUDA "
+                     f"toolkit: Debian's nvidia-cuda-toolkit, NVIDIA's cuda-nvdisasm / cuda-cuobjdump packages)")
+
+
+def disassemble(obj, arch):
+    """nvdisasm -c -gi text of every cubin in `obj` (for `arch` when it holds several), concatenated."""
+    if not os.path.isfile(obj):
+        raise UsageError(f"no such file: {obj}")
+    nvdisasm = tool("nvdisasm")
+    with open(obj, "rb") as f:
+        is_cubin = f.read(4) == b"\x7fELF" and obj.endswith(".cubin")
+    if is_cubin:
+        cubins = [obj]
+        tmp = None
+    else:
+        tmp = tempfile.TemporaryDirectory()
+        run = subprocess.run([tool("cuobjdump"), "-xelf", "all", os.path.abspath(obj)], cwd=tmp.name,
+                             capture_output=True, text=True)
+        cubins = sorted(os.path.join(tmp.name, c) for c in os.listdir(tmp.name) if c.endswith(".cubin"))
+        names = [os.path.basename(c) for c in cubins]
+        if arch:  # cuobjdump names an sm_90a cubin "<stem>.sm_90.cubin"
+            cubins = [c for c in cubins if f".{arch.rstrip('a')}." in os.path.basename(c)]
+        if not cubins:
+            raise UsageError(f"no cubin{' for ' + arch if arch else ''} in {obj} (cuobjdump -xelf all: exit "
+                             f"{run.returncode}, extracted: {', '.join(names) or 'nothing'})")
+        if len(cubins) > 1:
+            raise UsageError(f"{obj} holds {len(cubins)} cubins ({', '.join(names)}); pick one with --arch")
+    try:
+        texts = []
+        for c in cubins:
+            run = subprocess.run([nvdisasm, "-c", "-gi", c], capture_output=True, text=True)
+            if run.returncode != 0:
+                raise UsageError(f"nvdisasm -c -gi {os.path.basename(c)} failed (exit {run.returncode}): "
+                                 f"{run.stderr.strip()[:300]}")
+            texts.append(run.stdout)
+        return "\n".join(texts)
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+
+
+def functions(sass):
+    """{mangled name: its lines} of an nvdisasm listing."""
+    out, name = {}, None
+    for line in sass.splitlines():
+        m = SECTION.match(line)
+        if m:
+            name = m.group(1)
+            out[name] = []
+        elif name is not None:
+            out[name].append(line)
+    return out
+
+
+def pick(funcs, pattern):
+    """The one function whose mangled name matches `pattern`, or UsageError listing the candidates."""
+    matches = sorted(n for n in funcs if re.search(pattern, n))
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise UsageError(f"no kernel matches '{pattern}'; the object has {len(funcs)}: " +
+                         ", ".join(sorted(funcs)[:20]) + (" ..." if len(funcs) > 20 else ""))
+    raise UsageError(f"'{pattern}' matches {len(matches)} kernels, expected one: " + ", ".join(matches[:20]) +
+                     (" ..." if len(matches) > 20 else ""))
+
+
+def instructions(lines):
+    """[(opcode text, frames)] and {label: index of the next instruction}; frames are the (file, line) pairs of the
+    line info in force, innermost first, the kernel body's last."""
+    out, labels, frames = [], {}, ()
+    for line in lines:
+        m = LINE_INFO.match(line)
+        if m:
+            frames = ((m.group(1), int(m.group(2))),) + tuple(
+                (f, int(n)) for f, n in INLINED_AT.findall(m.group(3)))
+            continue
+        m = LABEL.match(line.strip())
+        if m:
+            labels[m.group(1)] = len(out)
+            continue
+        m = INSTRUCTION.match(line)
+        if m:
+            out.append((m.group(2), frames))
+    return out, labels
+
+
+def hottest_loop(instrs, labels):
+    """(first, last) indices of the backward branch spanning the most instructions, or None without loops."""
+    best = None
+    for i, (text, _) in enumerate(instrs):
+        m = BRANCH.search(text)
+        if m and m.group(1) in labels:
+            j = labels[m.group(1)]
+            if j <= i and (best is None or i - j > best[1] - best[0]):
+                best = (j, i)
+    return best
+
+
+def opcode(text):
+    """The instruction's opcode without predicate and modifiers ('@!P0 LDSM.16.M88.4 R4, [R2]' -> 'LDSM')."""
+    words = text.split()
+    word = words[1] if words and words[0].startswith("@") and len(words) > 1 else (words[0] if words else "?")
+    return word.split(".")[0]
+
+
+def attribute(instrs, inner=False):
+    """{(file, line): Counter of opcodes} over `instrs`; (None, 0) for instructions without line info."""
+    out = collections.defaultdict(collections.Counter)
+    for text, frames in instrs:
+        where = (frames[0] if inner else frames[-1]) if frames else (None, 0)
+        out[where][opcode(text)] += 1
+    return out
+
+
+def source_text(path, line, cache={}):  # noqa: B006 (a cache on purpose)
+    if path not in cache:
+        try:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                cache[path] = f.read().splitlines()
+        except OSError:
+            cache[path] = []
+    lines = cache[path]
+    return lines[line - 1].strip() if 0 < line <= len(lines) else ""
+
+
+def report(name, instrs, span, counts):
+    first, last = span
+    total = sum(sum(c.values()) for c in counts.values())
+    what = "whole function" if (first, last) == (0, len(instrs) - 1) else f"hottest loop (instructions {first}..{last})"
+    rows = [f"{name}: {what}, {total} instructions of {len(instrs)}",
+            f"{'count':>6}  {'share':>5}  {'where':<40}  {'top opcodes':<44}  source"]
+    for (path, line), ops in sorted(counts.items(), key=lambda kv: (kv[0][0] or "", kv[0][1])):
+        n = sum(ops.values())
+        where = f"{os.path.basename(path)}:{line}" if path else "(no line info)"
+        top = " ".join(f"{op}:{k}" for op, k in ops.most_common(4))
+        rows.append(f"{n:6d}  {100 * n / total:4.1f}%  {where:<40}  {top:<44}  "
+                    f"{source_text(path, line)[:70] if path else ''}")
+    return "\n".join(rows)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("object", help="a cubin, or an object file, library or executable with cubins inside")
+    parser.add_argument("kernel", help="a regular expression matching exactly one kernel's mangled name")
+    parser.add_argument("--whole", action="store_true", help="count the whole function, not its hottest loop")
+    parser.add_argument("--inner", action="store_true", help="count against the innermost source line (the helper's)")
+    parser.add_argument("--arch", help="the cubin's architecture in an object holding several (for example sm_90a)")
+    parser.add_argument("--from-sass", metavar="FILE", help=argparse.SUPPRESS)  # an nvdisasm -c -gi listing (tests)
+    args = parser.parse_args(argv)
+    try:
+        if args.from_sass:
+            with open(args.from_sass, encoding="utf-8") as f:
+                sass = f.read()
+        else:
+            sass = disassemble(args.object, args.arch)
+        funcs = functions(sass)
+        name = pick(funcs, args.kernel)
+        instrs, labels = instructions(funcs[name])
+        if not instrs:
+            raise UsageError(f"{name} has no instructions in the listing")
+        span = None if args.whole else hottest_loop(instrs, labels)
+        if span is None:
+            span = (0, len(instrs) - 1)
+        if not any(frames for _, frames in instrs):
+            print(f"sass_lines: {name} carries no line info; build with nvcc -lineinfo", file=sys.stderr)
+        print(report(name, instrs, span, attribute(instrs[span[0]:span[1] + 1], args.inner)))
+        return 0
+    except UsageError as e:
+        print(f"sass_lines: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,129 @@
+"""Tests of ci/sass_lines.py on a made-up nvdisasm -c -gi listing (no CUDA toolkit needed):
+python3 -m unittest ci/test_sass_lines.py"""
+import contextlib
+import io
+import os
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import sass_lines  # noqa: E402
+
+# Two kernels. `chain` has a short loop first (2 instructions, lines 10-11), then the long one (7 instructions: lines
+# 20, 21 and code inlined from helpers.cuh at line 21 and 22), and a forward branch that is no loop. The long loop is
+# the hottest: choosing the first backward branch, the last one seen or the forward branch gives other counts, and
+# the tests below fail on each.
+LISTING = """
+//--------------------- .text._Z5chainPf --------------------------
+	.section	.text._Z5chainPf,"ax",@progbits
+_Z5chainPf:
+	//## File "/src/kernel.cu", line 5
+        /*0000*/                   LDC R1, c[0x0][0x28] ;
+.L_x_1:
+	//## File "/src/kernel.cu", line 10
+        /*0010*/                   IADD3 R2, R2, 0x1, RZ ;
+	//## File "/src/kernel.cu", line 11
+        /*0020*/              @!P0 BRA `(.L_x_1) ;
+.L_x_2:
+	//## File "/src/kernel.cu", line 20
+        /*0030*/                   LDSM.16.M88.4 R4, [R8] ;
+        /*0040*/                   HMMA.16816.F32.BF16 R12, R4, R6, R12 ;
+	//## File "/src/helpers.cuh", line 7 inlined at "/src/kernel.cu", line 21
+        /*0050*/                   F2FP.BF16.F32.PACK_AB R3, R4, R5 ;
+        /*0060*/                   PRMT R3, R3, 0x5410, R3 ;
+	//## File "/src/helpers.cuh", line 9 inlined at "/src/kernel.cu", line 22
+        /*0070*/              @P1 BRA `(.L_x_3) ;
+        /*0080*/                   FADD R2, R2, R3 ;
+.L_x_3:
+	//## File "/src/kernel.cu", line 23
+        /*0090*/              @!P2 BRA `(.L_x_2) ;
+	//## File "/src/kernel.cu", line 30
+        /*00a0*/                   EXIT ;
+//--------------------- .text._Z5chainPd --------------------------
+	.section	.text._Z5chainPd,"ax",@progbits
+        /*0000*/                   EXIT ;
+//--------------------- .text._Z6outputPf --------------------------
+        /*0000*/                   EXIT ;
+"""
+
+
+def run(argv):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = sass_lines.main(argv)
+    return status, out.getvalue(), err.getvalue()
+
+
+class Parsing(unittest.TestCase):
+    def setUp(self):
+        self.funcs = sass_lines.functions(LISTING)
+        self.instrs, self.labels = sass_lines.instructions(self.funcs["_Z5chainPf"])
+
+    def test_functions_and_instructions(self):
+        self.assertEqual(sorted(self.funcs), ["_Z5chainPd", "_Z5chainPf", "_Z6outputPf"])
+        self.assertEqual(len(self.instrs), 11)
+        self.assertEqual(self.labels, {".L_x_1": 1, ".L_x_2": 3, ".L_x_3": 9})
+        self.assertEqual(self.instrs[5][1], (("/src/helpers.cuh", 7), ("/src/kernel.cu", 21)))
+
+    def test_hottest_loop_is_the_longest_backward_branch(self):
+        self.assertEqual(sass_lines.hottest_loop(self.instrs, self.labels), (3, 9))
+        self.assertIsNone(sass_lines.hottest_loop(self.instrs[:1], {}))
+
+    def test_instructions_count_against_the_kernels_own_lines(self):
+        counts = sass_lines.attribute(self.instrs[3:10])
+        self.assertEqual({k: sum(v.values()) for k, v in counts.items()},
+                         {("/src/kernel.cu", 20): 2, ("/src/kernel.cu", 21): 2, ("/src/kernel.cu", 22): 2,
+                          ("/src/kernel.cu", 23): 1})
+        self.assertEqual(counts[("/src/kernel.cu", 22)], {"BRA": 1, "FADD": 1})
+        inner = sass_lines.attribute(self.instrs[3:10], inner=True)
+        self.assertEqual(sum(inner[("/src/helpers.cuh", 7)].values()), 2)
+
+    def test_opcode_drops_predicate_and_modifiers(self):
+        self.assertEqual(sass_lines.opcode("@!P0 LDSM.16.M88.4 R4, [R2]"), "LDSM")
+        self.assertEqual(sass_lines.opcode("HMMA.16816.F32.BF16 R12, R4, R6, R12"), "HMMA")
+
+
+class Command(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+        self.addCleanup(self.dir.cleanup)
+        self.sass = os.path.join(self.dir.name, "listing.sass")
+        with open(self.sass, "w", encoding="utf-8") as f:
+            f.write(LISTING)
+
+    def test_reports_the_hottest_loop(self):
+        status, out, _ = run(["--from-sass", self.sass, "unused.o", "chainPf"])
+        self.assertEqual(status, 0)
+        self.assertIn("hottest loop (instructions 3..9), 7 instructions of 11", out)
+        self.assertIn("kernel.cu:21", out)
+        self.assertNotIn("helpers.cuh", out)
+
+    def test_whole_function(self):
+        status, out, _ = run(["--from-sass", self.sass, "--whole", "unused.o", "chainPf"])
+        self.assertEqual(status, 0)
+        self.assertIn("whole function, 11 instructions of 11", out)
+
+    def test_a_pattern_must_match_one_kernel(self):
+        status, _, err = run(["--from-sass", self.sass, "unused.o", "chain"])
+        self.assertEqual(status, 2)
+        self.assertIn("'chain' matches 2 kernels, expected one: _Z5chainPd, _Z5chainPf", err)
+        status, _, err = run(["--from-sass", self.sass, "unused.o", "attention"])
+        self.assertEqual(status, 2)
+        self.assertIn("no kernel matches 'attention'; the object has 3: _Z5chainPd, _Z5chainPf, _Z6outputPf", err)
+
+    def test_no_line_info_is_said(self):
+        status, out, err = run(["--from-sass", self.sass, "unused.o", "outputPf"])
+        self.assertEqual(status, 0)
+        self.assertIn("carries no line info; build with nvcc -lineinfo", err)
+        self.assertIn("(no line info)", out)
+
+    def test_a_missing_object_is_a_usage_error(self):
+        status, _, err = run([os.path.join(self.dir.name, "missing.o"), "chain"])
+        self.assertEqual(status, 2)
+        self.assertIn("no such file:", err)
+
+
+if __name__ == "__main__":
+    unittest.main()
