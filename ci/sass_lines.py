@@ -103,9 +103,15 @@ def functions(sass):
 
 def pick(funcs, pattern):
     """The one function whose mangled name matches `pattern`, or UsageError listing the candidates."""
-    matches = sorted(n for n in funcs if re.search(pattern, n))
+    try:
+        regex = re.compile(pattern)
+    except re.error as e:
+        raise UsageError(f"KERNEL '{pattern}' is not a regular expression: {e}") from None
+    matches = sorted(n for n in funcs if regex.search(n))
     if len(matches) == 1:
         return matches[0]
+    if not funcs:
+        raise UsageError("the object's disassembly has no kernels")
     if not matches:
         raise UsageError(f"no kernel matches '{pattern}'; the object has {len(funcs)}: " +
                          ", ".join(sorted(funcs)[:20]) + (" ..." if len(funcs) > 20 else ""))

@@ -112,6 +112,9 @@ class Command(unittest.TestCase):
         status, _, err = run(["--from-sass", self.sass, "unused.o", "attention"])
         self.assertEqual(status, 2)
         self.assertIn("no kernel matches 'attention'; the object has 3: _Z5chainPd, _Z5chainPf, _Z6outputPf", err)
+        status, _, err = run(["--from-sass", self.sass, "unused.o", "chain(Pf"])
+        self.assertEqual(status, 2)
+        self.assertIn("KERNEL 'chain(Pf' is not a regular expression: missing ), unterminated subpattern", err)
 
     def test_no_line_info_is_said(self):
         status, out, err = run(["--from-sass", self.sass, "unused.o", "outputPf"])
