@@ -114,6 +114,10 @@ std::size_t vn_tile_bytes(GatedDeltaFwdParams const& p) {
 std::size_t state_bytes(GatedDeltaFwdParams const& p) {
   return align256(sizeof(float) * static_cast<std::size_t>(p.NC) * p.Hv * p.V * p.K);
 }
+// And the chain's published chunk counts, one int per chain block [N, Hv, V/32], zeroed before every chain.
+std::size_t done_bytes(GatedDeltaFwdParams const& p) {
+  return align256(sizeof(int) * static_cast<std::size_t>(p.N) * gated_delta_lean_blocks_per_example(p.Hv, p.V));
+}
 
 bool aligned16(void const* ptr) { return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0; }
 
@@ -279,13 +283,16 @@ void launch_recurrence(GatedDeltaFwdParams const& p, float const* rec, __nv_bflo
 }
 
 // The lean chain (gated_delta_schedule.h): the state chain in blocks of two slabs (32 value columns, four warps: the
-// slabs share each chunk's k rows and Ainv planes, and two blocks fit a multiprocessor), then the output kernel over
-// every (chunk, value head).
+// slabs share each chunk's k rows and Ainv planes, and two blocks fit a multiprocessor), and the output kernel over
+// every (chunk, value head) beside it: launched as the chain's programmatic dependent, its blocks start once every
+// chain block has, take the multiprocessors the chain leaves free, and each waits for its chunk's state (one example
+// of 8192 tokens at Hv = 32 runs its 128 chain blocks on 64 of the H200's 132 multiprocessors). Where the device does
+// not start a dependent early, the output kernel runs after the chain, with the same results.
 constexpr int kLeanSlabs = 2;
 
 template <typename T, int kK>
 void launch_lean_chain(GatedDeltaFwdParams const& p, float const* rec, __nv_bfloat16 const* ainv, float* h,
-                       float* vn_tiles, cudaStream_t stream) {
+                       float* vn_tiles, int* done, cudaStream_t stream) {
   using Sm = ChainSmem<T, kK, kLeanSlabs>;
   static_assert(Sm::kBytes <= kMaxBlockSmem, "the state chain's shared memory fits a Hopper block");
   auto const chain = gated_delta_fwd_state_chain<T, kK, kLeanSlabs>;
@@ -295,7 +302,8 @@ void launch_lean_chain(GatedDeltaFwdParams const& p, float const* rec, __nv_bflo
   }
   std::int64_t const blocks = std::int64_t(p.N) * p.Hv * (p.V / Sm::kBV);
   if (blocks > INT_MAX) fail("N·Hv·V/" + std::to_string(Sm::kBV) + " blocks exceed the grid limit");
-  chain<<<static_cast<unsigned>(blocks), kLeanSlabs * 64, Sm::kBytes, stream>>>(p, rec, ainv, h, vn_tiles);
+  if (done != nullptr) FUSEPACK_CUDA_CHECK(cudaMemsetAsync(done, 0, done_bytes(p), stream));  // null when T = 0
+  chain<<<static_cast<unsigned>(blocks), kLeanSlabs * 64, Sm::kBytes, stream>>>(p, rec, ainv, h, vn_tiles, done);
   FUSEPACK_CUDA_CHECK_LAUNCH();
   if (p.NC == 0) return;
 
@@ -308,8 +316,20 @@ void launch_lean_chain(GatedDeltaFwdParams const& p, float const* rec, __nv_bflo
   }
   std::int64_t const out_blocks = std::int64_t(p.NC) * p.Hv;
   if (out_blocks > INT_MAX) fail("NC·Hv = " + std::to_string(out_blocks) + " blocks exceed the grid limit");
-  output<<<static_cast<unsigned>(out_blocks), kK * 2, So::kBytes, stream>>>(p, rec, h, vn_tiles);
-  FUSEPACK_CUDA_CHECK_LAUNCH();
+  cudaLaunchAttribute beside_the_chain[1];
+  beside_the_chain[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  beside_the_chain[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(out_blocks));
+  config.blockDim = dim3(kK * 2);
+  config.dynamicSmemBytes = So::kBytes;
+  config.stream = stream;
+  config.attrs = beside_the_chain;
+  config.numAttrs = 1;
+  float const* const h_in = h;
+  float const* const vn_in = vn_tiles;
+  int const* const done_in = done;
+  FUSEPACK_CUDA_CHECK(cudaLaunchKernelEx(&config, output, p, rec, h_in, vn_in, done_in));
 }
 
 }  // namespace
@@ -421,7 +441,7 @@ std::size_t gated_delta_fwd_workspace_bytes(GatedDeltaFwdParams const& p) {
   if (p.T == 0) return 0;
   std::size_t bytes = record_bytes(p) + (p.save ? 0 : ainv_plane_bytes(p));
   if (gated_delta_fwd_schedule(p) == GatedDeltaSchedule::kLeanChain) {
-    bytes += vn_tile_bytes(p) + (p.save ? 0 : state_bytes(p));
+    bytes += vn_tile_bytes(p) + done_bytes(p) + (p.save ? 0 : state_bytes(p));
   }
   return bytes;
 }
@@ -440,17 +460,20 @@ void run_gated_delta_fwd(GatedDeltaFwdParams const& p, void* workspace, cudaStre
   }
   bool const lean = gated_delta_fwd_schedule(p) == GatedDeltaSchedule::kLeanChain;
   float* vn_tiles = nullptr;
+  int* done = nullptr;
   float* h = p.h;
   if (lean && p.T > 0) {
     vn_tiles = reinterpret_cast<float*>(bytes + at);
     at += vn_tile_bytes(p);
+    done = reinterpret_cast<int*>(bytes + at);
+    at += done_bytes(p);
     if (!p.save) h = reinterpret_cast<float*>(bytes + at);
   }
   FUSEPACK_DTYPE_SWITCH(p.dtype, T, [&] {
     FUSEPACK_GATED_DELTA_HEAD_DIM_SWITCH(p.K, kK, [&] {
       if (p.NC > 0) launch_wy_inverse<T, kK>(p, rec, ainv, stream);
       if (lean) {
-        launch_lean_chain<T, kK>(p, rec, ainv, h, vn_tiles, stream);
+        launch_lean_chain<T, kK>(p, rec, ainv, h, vn_tiles, done, stream);
       } else {
         launch_recurrence<T, kK>(p, rec, ainv, stream);
       }

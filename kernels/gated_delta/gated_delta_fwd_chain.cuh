@@ -28,6 +28,9 @@ __host__ __device__ constexpr std::int64_t vn_tile_offset(std::int64_t chunk_hea
 // Out: h entering every chunk (`h_out`: p.h when saving, the workspace otherwise; tile order, state_tile) and v_new
 // (vn_tile_offset), and the final state. The next chunk's k rows, v columns, Ainv planes and records stream into the
 // other stage (cp.async) while this one computes. The warps of a block meet at block barriers.
+// The output kernel runs beside the chain (gated_delta_fwd.cu launches it as a programmatic dependent): each block
+// publishes in `done` [N, Hv, V/kBV] how many of its example's chunks it has written h and v_new for, at the barrier
+// that starts the next chunk (the first after those stores) and after the last chunk.
 
 template <typename T, int kK, int kSlabs>
 struct ChainSmem {
@@ -49,7 +52,7 @@ struct ChainSmem {
 template <typename T, int kK, int kSlabs>
 __global__ void __launch_bounds__(kSlabs * 64, 1)
     gated_delta_fwd_state_chain(GatedDeltaFwdParams p, float const* rec, __nv_bfloat16 const* ainv_planes,
-                                float* h_out, float* vn_tiles) {
+                                float* h_out, float* vn_tiles, int* done) {
   using Sm = ChainSmem<T, kK, kSlabs>;
   using Pol = SplitPolicy<T>;
   constexpr int kThreads = kSlabs * 64, kBV = Sm::kBV, kKW = kK / 2;  // state columns of a warp
@@ -73,6 +76,8 @@ __global__ void __launch_bounds__(kSlabs * 64, 1)
   std::int64_t const bos = p.cu_seqlens[n], eos = p.cu_seqlens[n + 1];
   int const chunks = static_cast<int>((eos - bos + kChunk - 1) / kChunk);
   int const chunk0 = gated_delta_chunks(p).first_chunk(n);
+  int* const my_done = done != nullptr ? done + (std::int64_t(n) * Hv + hv) * tiles + vtile : nullptr;  // T = 0
+  grid_launch_dependents();  // every block of the chain has started once the output kernel's blocks may start
   float* const exchange = reinterpret_cast<float*>(gd_smem + Sm::kExchange) + slab * 3 * Sm::kTileFloats;
   float* const x_mine = exchange + kh * Sm::kTileFloats;
   float const* const x_other = exchange + (kh ^ 1) * Sm::kTileFloats;
@@ -103,6 +108,7 @@ __global__ void __launch_bounds__(kSlabs * 64, 1)
     int const s = it & 1;
     cp_async_wait_all();
     __syncthreads();  // stage s has landed for every thread; every read of stage s^1 (the previous chunk) is done
+    if (tid == 0 && it > 0) publish_count(my_done, it);  // (chunks > 0: my_done is set)  // every store of chunks < it came before the barrier
     if (it + 1 < chunks) issue(it + 1, s ^ 1);
     cp_async_commit();
 
@@ -111,8 +117,6 @@ __global__ void __launch_bounds__(kSlabs * 64, 1)
     T const* v_tile = reinterpret_cast<T const*>(base + Sm::kVTile);
     __nv_bfloat16 const* planes = reinterpret_cast<__nv_bfloat16 const*>(base + Sm::kPlanes);
     float const* rec_tile = reinterpret_cast<float const*>(base + Sm::kRec);
-    std::int64_t const t0 = bos + std::int64_t(it) * kChunk;
-    int const L = static_cast<int>(eos - t0 < kChunk ? eos - t0 : kChunk);
     std::int64_t const chunk_head = std::int64_t(chunk0 + it) * Hv + hv;
 
     // X = (k h)ᵀ over the warp's state columns (A = the state slab, B = the raw k rows; the rows past L are zeros in
@@ -181,12 +185,18 @@ __global__ void __launch_bounds__(kSlabs * 64, 1)
     // hᵀ ← e^{G_last} hᵀ + (rstd_k e^{G_last − G} ⊙ v_new)ᵀ k, each warp over its state columns.
     update_state(h, vn, k_tile, Sm::kLdK, rec_tile, d0, kChunk, lane);  // unguarded: zeros past L
   }
+  __syncthreads();  // the last chunk's stores
+  if (tid == 0 && chunks > 0) publish_count(my_done, chunks);
 
   if (p.final_state != nullptr) store_state_slab(h, p.final_state, state_off, d0, V, t);
 }
 
 // ---------------------------------------------------------------------------------------------------------------
 // Kernel 4, the output: one block per (chunk, value head), K/16 warps, warp w on value columns 16w..16w+15 (K = V).
+// It runs beside the chain: P first, from the chunk's own inputs; then it waits until the chain's blocks of its
+// example and head have published the chunk (`done`), and reads h and v_new from L2. The grid's last block waits for
+// the whole chain before it ends, so that nothing after this kernel in the stream runs before the chain has finished
+// (its final state). Blocks run in chunk order, the order in which the chain of one example publishes them.
 // From the chunk's q and k rows, its records, the state entering it (h) and its v_new (both from the chain):
 //   P as in the in-chain recurrence (build_p_planes), saved for the backward of 16-bit runs;
 //   o = scale rstd_q e^{G} (q h) + P v_new, over the same parts and in the same order as the in-chain recurrence's
@@ -203,8 +213,9 @@ struct OutputSmem {
 };
 
 template <typename T, int kK>
-__global__ void __launch_bounds__(kK * 2, 2) gated_delta_fwd_chunk_output(GatedDeltaFwdParams p, float const* rec,
-                                                                          float const* h_in, float const* vn_tiles) {
+__global__ void __launch_bounds__(kK * 2, 2)
+    gated_delta_fwd_chunk_output(GatedDeltaFwdParams p, float const* rec, float const* h_in, float const* vn_tiles,
+                                 int const* done) {
   using Sm = OutputSmem<T, kK>;
   using Pol = SplitPolicy<T>;
   constexpr int kWarps = kK / 16, kThreads = kWarps * 32, kStateTiles = kK / 8;
@@ -238,6 +249,15 @@ __global__ void __launch_bounds__(kK * 2, 2) gated_delta_fwd_chunk_output(GatedD
 
   build_p_planes<T, kK, kWarps>(q_tile, k_tile, Sm::kLdK, rec_tile, planes, L, warp, lane);
 
+  // Until the chain's blocks of this example and head (one per kBV value columns) have written the chunk.
+  int const chain_tiles = V / kGatedDeltaLeanColumns;  // the launcher runs the chain in blocks of these
+  if (tid < chain_tiles) {
+    int const n = table.example(c), step = c - table.first_chunk(n);
+    int const* const count = done + (std::int64_t(n) * Hv + hv) * chain_tiles + tid;
+    while (acquire_count(count) <= step) __nanosleep(200);
+  }
+  __syncthreads();
+
   // Z = (q h)ᵀ over all K (this warp's state slab hᵀ [16, K] read in two halves of K, one 16-byte load per tile and
   // lane, to stay within the registers of two blocks per multiprocessor), scaled by scale rstd_q e^{G} per token.
   float z[8][4] = {};
@@ -247,7 +267,7 @@ __global__ void __launch_bounds__(kK * 2, 2) gated_delta_fwd_chunk_output(GatedD
     float h[kStateTiles / 2][4];
 #pragma unroll
     for (int nt = 0; nt < kStateTiles / 2; ++nt) {
-      float4 const f = *reinterpret_cast<float4 const*>(hc + state_tile(kK, 0, half * kStateTiles / 2 + nt));
+      float4 const f = __ldcg(reinterpret_cast<float4 const*>(hc + state_tile(kK, 0, half * kStateTiles / 2 + nt)));
       h[nt][0] = f.x, h[nt][1] = f.y, h[nt][2] = f.z, h[nt][3] = f.w;
     }
 #pragma unroll
@@ -274,7 +294,7 @@ __global__ void __launch_bounds__(kK * 2, 2) gated_delta_fwd_chunk_output(GatedD
   float const* const vt = vn_tiles + vn_tile_offset(chunk_head, V, warp) + 4 * lane;
 #pragma unroll
   for (int nt = 0; nt < 8; ++nt) {
-    float4 const f = *reinterpret_cast<float4 const*>(vt + nt * 128);
+    float4 const f = __ldcg(reinterpret_cast<float4 const*>(vt + nt * 128));
     vn[nt][0] = f.x, vn[nt][1] = f.y, vn[nt][2] = f.z, vn[nt][3] = f.w;
   }
   __syncthreads();  // P complete
@@ -301,6 +321,7 @@ __global__ void __launch_bounds__(kK * 2, 2) gated_delta_fwd_chunk_output(GatedD
       store_tile_pairs(vn[nt], lane, p.v_new + row0, std::int64_t(Hv) * V, 8 * nt, L);
     }
   }
+  if (blockIdx.x == gridDim.x - 1) grid_wait_prerequisites();  // this kernel ends after the chain
 }
 
 }  // namespace fusepack::gated_delta_fwd_detail

@@ -105,6 +105,25 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 
 // ---------------------------------------------------------------------------------------------------------------
+// A producer kernel handing chunks to a consumer kernel that runs beside it (programmatic dependent launch, sm_90+).
+// The producer lets the consumer's launch begin once every producer block has started (so a consumer block that
+// waits never holds a place a producer block needs), and publishes how many chunks each of its blocks has written
+// (a release store at gpu scope, after a block barrier: every thread's earlier stores are visible to a thread that
+// acquires the count). The consumer acquires a count before it reads what the count covers; its global reads of
+// those tensors bypass L1 (__ldcg), which may hold lines from before the writes.
+__device__ __forceinline__ void grid_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
+// Waits until the kernels this one was launched to depend on have completed and their writes are visible.
+__device__ __forceinline__ void grid_wait_prerequisites() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+__device__ __forceinline__ void publish_count(int* count, int value) {
+  asm volatile("st.release.gpu.global.s32 [%0], %1;\n" ::"l"(count), "r"(value) : "memory");
+}
+__device__ __forceinline__ int acquire_count(int const* count) {
+  int value;
+  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(value) : "l"(count) : "memory");
+  return value;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
 // Split-bf16 tile products. An fp32 operand is split into P bf16 parts (x = hi + lo [+ lo2], each the bf16 rounding
 // of what the previous parts left), and a product sums the part products a_i·b_j with i + j <= kOrder, accumulated
 // in fp32 by the tensor cores. kOrder = 1 (bf16 and fp16 inputs): relative error ~2^-16 per product, far below the
