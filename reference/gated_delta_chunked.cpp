@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
+#include <utility>
 #include <vector>
 
 namespace fusepack::ref {
@@ -83,26 +85,41 @@ Mat intra_a_hat(ChunkView const& cv) {
   return A;
 }
 
-}  // namespace
+// A chunk's map of the state, from the inputs alone: with h the state entering the chunk,
+//   v_new = u − w·h,  o = qg·h + P·v_new,  h_next = γ·h + kgᵀ·v_new,
+// Tinv = (I + A)^-1, w = Tinv (β ⊙ exp(G) ⊙ k̂), u = Tinv (β ⊙ v), qg = exp(G) ⊙ q̂, kg = exp(G_last − G) ⊙ k̂,
+// γ = exp(G_last). h_next is affine in h: (γ I − kgᵀ w) h + kgᵀ u.
+struct ChunkMap {
+  Mat Tinv, w, u, qg, kg;
+  double gamma;
+};
+ChunkMap chunk_map(ChunkView const& cv) {
+  Index const L = cv.L, K = cv.k_hat.cols(), V = cv.v.cols();
+  Mat A = intra_a_hat(cv);
+  for (Index i = 0; i < L; ++i) A.row(i) *= cv.beta(i);
+  ChunkMap m;
+  m.Tinv = (Mat::Identity(L, L) + A).triangularView<Eigen::Lower>().solve(Mat::Identity(L, L));
+  Mat kbg(L, K), vb(L, V);
+  m.qg.resize(L, K);
+  m.kg.resize(L, K);
+  for (Index i = 0; i < L; ++i) {
+    kbg.row(i) = cv.beta(i) * std::exp(cv.G(i)) * cv.k_hat.row(i);
+    vb.row(i) = cv.beta(i) * cv.v.row(i);
+    m.qg.row(i) = std::exp(cv.G(i)) * cv.q_hat.row(i);
+    m.kg.row(i) = cv.to_end(i) * cv.k_hat.row(i);
+  }
+  m.w = m.Tinv * kbg;
+  m.u = m.Tinv * vb;
+  m.gamma = cv.gamma();
+  return m;
+}
 
-// The forward, chunk by chunk: rstd, gcum, Ainv = (I + A)^-1, h (the state entering each chunk), v_new = u − w·h,
-// o = (q̂ ⊙ exp(G)) h + P v_new, h_next = exp(G_last) h + (k̂ ⊙ exp(G_last − G))ᵀ v_new.
-GatedDeltaChunkedOut gated_delta_chunked_fwd(GatedDeltaChunkedInputs const& in, Index chunk,
-                                             GatedDeltaChunkedFwdOperands const& operands) {
-  Index const T = in.q.size(0), Hk = in.Hk(), Hv = in.Hv(), K = in.K(), V = in.V();
-  Index const N = Index(in.cu_seqlens.size()) - 1;
-  std::vector<Chunk> const chunks = chunk_table(in.cu_seqlens, chunk);
-  Index const NC = Index(chunks.size());
-  GatedDeltaChunkedOut out;
-  GatedDeltaChunkedSaved& s = out.saved;
+// rstd (per token and key head) and gcum (the in-chunk cumulative g) into `s`, sized for T tokens.
+void save_row_terms(GatedDeltaChunkedInputs const& in, std::vector<Chunk> const& chunks, GatedDeltaChunkedSaved& s) {
+  Index const T = in.q.size(0), Hk = in.Hk(), Hv = in.Hv();
   s.q_rstd = Tensor({T, Hk});
   s.k_rstd = Tensor({T, Hk});
   s.gcum = Tensor({T, Hv});
-  s.Ainv = Tensor({T, Hv, chunk});
-  s.h = Tensor({NC, Hv, K, V});
-  s.v_new = Tensor({T, Hv, V});
-  out.o = Tensor({T, Hv, V});
-  out.final_state = Tensor({N, Hv, K, V});
   for (Index t = 0; t < T; ++t) {
     for (Index h = 0; h < Hk; ++h) {
       auto rstd = [&](Tensor const& x) {
@@ -118,37 +135,111 @@ GatedDeltaChunkedOut gated_delta_chunked_fwd(GatedDeltaChunkedInputs const& in, 
       for (Index i = 0; i < c.len; ++i) s.gcum({c.start + i, j}) = acc += in.g({c.start + i, j});
     }
   }
+}
+
+// The forward's outputs and saved tensors, allocated (rstd and gcum filled), before any chunk runs.
+GatedDeltaChunkedOut fwd_outputs(GatedDeltaChunkedInputs const& in, std::vector<Chunk> const& chunks, Index chunk) {
+  Index const T = in.q.size(0), Hv = in.Hv(), K = in.K(), V = in.V();
+  Index const N = Index(in.cu_seqlens.size()) - 1, NC = Index(chunks.size());
+  GatedDeltaChunkedOut out;
+  save_row_terms(in, chunks, out.saved);
+  out.saved.Ainv = Tensor({T, Hv, chunk});
+  out.saved.h = Tensor({NC, Hv, K, V});
+  out.saved.v_new = Tensor({T, Hv, V});
+  out.o = Tensor({T, Hv, V});
+  out.final_state = Tensor({N, Hv, K, V});
+  return out;
+}
+
+// Chunks [first, last) of the table (consecutive chunks of one example) for value head j, from the state h entering
+// `first`: their o, saved h, v_new and Ainv into `out`; returns the state leaving chunk last − 1.
+Mat run_chunks(GatedDeltaChunkedInputs const& in, std::vector<Chunk> const& chunks, Index first, Index last, Index j,
+               Mat h, GatedDeltaChunkedFwdOperands const& operands, GatedDeltaChunkedOut& out) {
+  GatedDeltaChunkedSaved& s = out.saved;
+  for (Index ci = first; ci < last; ++ci) {
+    Chunk const& c = chunks[ci];
+    ChunkView const cv = view(in, s, c, j, false);
+    ChunkMap const m = chunk_map(cv);
+    Mat const v_new = m.u - m.w * read_as(h, operands.state), v_new_read = read_as(v_new, operands.v_new);
+    Mat const o = m.qg * read_as(h, operands.state_out) + intra_p(cv) * v_new_read;
+    s.h.mat({ci, j}) = h;
+    for (Index i = 0; i < c.len; ++i) {
+      Index const t = c.start + i;
+      s.v_new.vec({t, j}) = v_new.row(i).transpose();
+      out.o.vec({t, j}) = o.row(i).transpose();
+      for (Index jj = 0; jj < c.len; ++jj) s.Ainv({t, j, jj}) = m.Tinv(i, jj);
+    }
+    h = read_as(m.gamma * h + m.kg.transpose() * v_new_read, operands.carry);
+  }
+  return h;
+}
+
+// Example n's chunks: [first, last) of the table (the table lists each example's chunks together, in order).
+std::pair<Index, Index> example_chunks(std::vector<Chunk> const& chunks, Index n) {
+  Index first = 0;
+  while (first < Index(chunks.size()) && chunks[first].example < n) ++first;
+  Index last = first;
+  while (last < Index(chunks.size()) && chunks[last].example == n) ++last;
+  return {first, last};
+}
+
+Mat initial_state_of(GatedDeltaChunkedInputs const& in, Index n, Index j) {
+  return in.initial_state.defined() ? Mat(in.initial_state.mat({n, j})) : Mat::Zero(in.K(), in.V());
+}
+
+}  // namespace
+
+// The forward, chunk by chunk: rstd, gcum, Ainv = (I + A)^-1, h (the state entering each chunk), v_new = u − w·h,
+// o = (q̂ ⊙ exp(G)) h + P v_new, h_next = exp(G_last) h + (k̂ ⊙ exp(G_last − G))ᵀ v_new.
+GatedDeltaChunkedOut gated_delta_chunked_fwd(GatedDeltaChunkedInputs const& in, Index chunk,
+                                             GatedDeltaChunkedFwdOperands const& operands) {
+  std::vector<Chunk> const chunks = chunk_table(in.cu_seqlens, chunk);
+  GatedDeltaChunkedOut out = fwd_outputs(in, chunks, chunk);
+  Index const N = Index(in.cu_seqlens.size()) - 1;
   for (Index n = 0; n < N; ++n) {
-    for (Index j = 0; j < Hv; ++j) {
-      Mat h = in.initial_state.defined() ? Mat(in.initial_state.mat({n, j})) : Mat::Zero(K, V);
-      for (Index ci = 0; ci < NC; ++ci) {
-        Chunk const& c = chunks[ci];
-        if (c.example != n) continue;
-        ChunkView cv = view(in, s, c, j, false);
-        Index const L = c.len;
-        Mat A = intra_a_hat(cv);
-        for (Index i = 0; i < L; ++i) A.row(i) *= cv.beta(i);
-        Mat const Tinv = (Mat::Identity(L, L) + A).triangularView<Eigen::Lower>().solve(Mat::Identity(L, L));
-        Mat kbg(L, K), vb(L, V), qg(L, K), kg(L, K);
-        for (Index i = 0; i < L; ++i) {
-          kbg.row(i) = cv.beta(i) * std::exp(cv.G(i)) * cv.k_hat.row(i);
-          vb.row(i) = cv.beta(i) * cv.v.row(i);
-          qg.row(i) = std::exp(cv.G(i)) * cv.q_hat.row(i);
-          kg.row(i) = cv.to_end(i) * cv.k_hat.row(i);
+    auto const [first, last] = example_chunks(chunks, n);
+    for (Index j = 0; j < in.Hv(); ++j) {
+      out.final_state.mat({n, j}) = run_chunks(in, chunks, first, last, j, initial_state_of(in, n, j), operands, out);
+    }
+  }
+  return out;
+}
+
+// The forward over segments of each example's chunks, in three phases that a GPU would run as three passes:
+//  (1) every segment on its own: its map of the state, h_end = M h_start + b, from its chunks' maps alone
+//      (M ← (γ I − kgᵀ w) M and b ← γ b + kgᵀ (u − w b) chunk by chunk, from M = I, b = 0: the state chain run from
+//      the identity with u = 0, and from zero with the real u);
+//  (2) the segments' true starts, h_start(s + 1) = M_s h_start(s) + b_s from the example's initial state;
+//  (3) every segment's chunks from its true start, as gated_delta_chunked_fwd runs them.
+GatedDeltaChunkedOut gated_delta_chunked_fwd_segmented(GatedDeltaChunkedInputs const& in, Index chunk,
+                                                       Index segments) {
+  if (segments < 1) throw std::invalid_argument("gated_delta_chunked_fwd_segmented: segments must be >= 1");
+  std::vector<Chunk> const chunks = chunk_table(in.cu_seqlens, chunk);
+  GatedDeltaChunkedOut out = fwd_outputs(in, chunks, chunk);
+  Index const N = Index(in.cu_seqlens.size()) - 1, K = in.K(), V = in.V();
+  for (Index n = 0; n < N; ++n) {
+    auto const [first, last] = example_chunks(chunks, n);
+    Index const per = std::max<Index>(1, (last - first + segments - 1) / segments);  // chunks per segment
+    std::vector<Index> bounds;  // segment s: chunks [bounds[s], bounds[s + 1])
+    for (Index c = first; c < last; c += per) bounds.push_back(c);
+    bounds.push_back(last);
+    Index const S = Index(bounds.size()) - 1;
+    for (Index j = 0; j < in.Hv(); ++j) {
+      std::vector<Mat> M(S, Mat::Identity(K, K)), b(S, Mat::Zero(K, V));
+      for (Index sg = 0; sg < S; ++sg) {  // (1)
+        for (Index ci = bounds[sg]; ci < bounds[sg + 1]; ++ci) {
+          ChunkMap const m = chunk_map(view(in, out.saved, chunks[ci], j, false));
+          M[sg] = m.gamma * M[sg] - m.kg.transpose() * (m.w * M[sg]);
+          b[sg] = m.gamma * b[sg] + m.kg.transpose() * (m.u - m.w * b[sg]);
         }
-        Mat const w = Tinv * kbg, u = Tinv * vb;
-        Mat const v_new = u - w * read_as(h, operands.state), v_new_read = read_as(v_new, operands.v_new);
-        Mat const o = qg * read_as(h, operands.state_out) + intra_p(cv) * v_new_read;
-        s.h.mat({ci, j}) = h;
-        for (Index i = 0; i < L; ++i) {
-          Index const t = c.start + i;
-          s.v_new.vec({t, j}) = v_new.row(i).transpose();
-          out.o.vec({t, j}) = o.row(i).transpose();
-          for (Index jj = 0; jj < L; ++jj) s.Ainv({t, j, jj}) = Tinv(i, jj);
-        }
-        h = read_as(cv.gamma() * h + kg.transpose() * v_new_read, operands.carry);
       }
-      out.final_state.mat({n, j}) = h;
+      std::vector<Mat> start(S + 1);  // (2)
+      start[0] = initial_state_of(in, n, j);
+      for (Index sg = 0; sg < S; ++sg) start[sg + 1] = M[sg] * start[sg] + b[sg];
+      for (Index sg = 0; sg < S; ++sg) {  // (3)
+        run_chunks(in, chunks, bounds[sg], bounds[sg + 1], j, start[sg], {}, out);
+      }
+      out.final_state.mat({n, j}) = start[S];
     }
   }
   return out;

@@ -57,6 +57,13 @@ struct GatedDeltaChunkedFwdOperands {
 // The forward, chunk by chunk (chunks of at most `chunk` tokens, never across examples).
 GatedDeltaChunkedOut gated_delta_chunked_fwd(GatedDeltaChunkedInputs const& in, Index chunk,
                                              GatedDeltaChunkedFwdOperands const& operands = {});
+// The same forward over up to `segments` segments of consecutive chunks per example, as a GPU would run one long
+// example in parallel: each segment's affine map of the state first (h_end = M h_start + b, its K × K transition M
+// being the chain run from the identity with no values), then the segments' true starts by a short scan from the
+// initial state, then every segment's chunks from its start. Same results as gated_delta_chunked_fwd up to fp64
+// rounding (no operand emulation). An example of fewer chunks than `segments` runs one chunk per segment.
+GatedDeltaChunkedOut gated_delta_chunked_fwd_segmented(GatedDeltaChunkedInputs const& in, Index chunk,
+                                                       Index segments);
 // The backward from the inputs and the saved tensors only, as the kernels compute it (steps in the .cpp).
 GatedDeltaGrads gated_delta_chunked_bwd(GatedDeltaChunkedInputs const& in, GatedDeltaChunkedSaved const& s,
                                         Tensor const& dout, Tensor const& dfinal_state, Index chunk,

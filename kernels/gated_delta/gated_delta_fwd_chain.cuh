@@ -108,7 +108,8 @@ __global__ void __launch_bounds__(kSlabs * 64, 1)
     int const s = it & 1;
     cp_async_wait_all();
     __syncthreads();  // stage s has landed for every thread; every read of stage s^1 (the previous chunk) is done
-    if (tid == 0 && it > 0) publish_count(my_done, it);  // (chunks > 0: my_done is set)  // every store of chunks < it came before the barrier
+    // Every store of chunks < it came before the barrier (and it > 0 means chunks > 0, so my_done is set).
+    if (tid == 0 && it > 0) publish_count(my_done, it);
     if (it + 1 < chunks) issue(it + 1, s ^ 1);
     cp_async_commit();
 

@@ -111,7 +111,9 @@ __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wai
 // (a release store at gpu scope, after a block barrier: every thread's earlier stores are visible to a thread that
 // acquires the count). The consumer acquires a count before it reads what the count covers; its global reads of
 // those tensors bypass L1 (__ldcg), which may hold lines from before the writes.
-__device__ __forceinline__ void grid_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
+__device__ __forceinline__ void grid_launch_dependents() {
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
 // Waits until the kernels this one was launched to depend on have completed and their writes are visible.
 __device__ __forceinline__ void grid_wait_prerequisites() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
 __device__ __forceinline__ void publish_count(int* count, int value) {

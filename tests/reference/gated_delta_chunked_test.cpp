@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <functional>
 #include <ostream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -92,6 +93,25 @@ void expect_chunked_matches_recurrence(ChunkedCase const& c, std::mt19937_64& rn
     expect_close("dinitial_state " + c.name, got.dinitial_state, grads.dinitial_state, cu, false);
 }
 
+// A random case: up to `max_examples` examples of up to `chunks` chunks and one token each (up to 140 tokens, or
+// 400 when chunks > 3, at the kernels' chunk of 64), small heads, every option drawn.
+ChunkedCase random_case(std::mt19937_64& rng, int i, int max_examples, int chunks) {
+  int const chunk_sizes[] = {1, 2, 4, 8, 64};
+  ChunkedCase c;
+  c.chunk = chunk_sizes[uniform_int(rng, 0, 4)];
+  int const max_length = c.chunk == 64 ? (chunks > 3 ? 400 : 140) : chunks * int(c.chunk) + 1;
+  c.lengths = random_lengths(rng, uniform_int(rng, 1, max_examples), 0, max_length);
+  c.Hk = uniform_int(rng, 1, 2);
+  c.Hv = c.Hk * uniform_int(rng, 1, 3);
+  c.K = uniform_int(rng, 1, 6);
+  c.V = uniform_int(rng, 1, 5);
+  c.use_qk_l2norm = uniform_int(rng, 0, 1) == 1;
+  c.with_initial_state = uniform_int(rng, 0, 1) == 1;
+  c.with_dfinal_state = uniform_int(rng, 0, 1) == 1;
+  c.name = "random case " + std::to_string(i) + " (chunk " + std::to_string(c.chunk) + ")";
+  return c;
+}
+
 class GatedDeltaChunked : public ::testing::TestWithParam<ChunkedCase> {};
 
 TEST_P(GatedDeltaChunked, MatchesNaiveRecurrence) {
@@ -121,21 +141,56 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(GatedDeltaChunked, MatchesNaiveRecurrenceOnRandomShapes) {
   auto rng = test_rng();
-  int const chunk_sizes[] = {1, 2, 4, 8, 64};
-  for (int i = 0; i < cases(4, 40); ++i) {
-    ChunkedCase c;
-    c.chunk = chunk_sizes[uniform_int(rng, 0, 4)];
-    c.lengths = random_lengths(rng, uniform_int(rng, 1, 4), 0, c.chunk == 64 ? 140 : 3 * int(c.chunk) + 1);
-    c.Hk = uniform_int(rng, 1, 2);
-    c.Hv = c.Hk * uniform_int(rng, 1, 3);
-    c.K = uniform_int(rng, 1, 6);
-    c.V = uniform_int(rng, 1, 5);
-    c.use_qk_l2norm = uniform_int(rng, 0, 1) == 1;
-    c.with_initial_state = uniform_int(rng, 0, 1) == 1;
-    c.with_dfinal_state = uniform_int(rng, 0, 1) == 1;
-    c.name = "random case " + std::to_string(i) + " (chunk " + std::to_string(c.chunk) + ")";
-    expect_chunked_matches_recurrence(c, rng);
+  for (int i = 0; i < cases(4, 40); ++i) expect_chunked_matches_recurrence(random_case(rng, i, 4, 3), rng);
+}
+
+// The forward over segments of chunks (three phases: each segment's map of the state, the segments' starts by a scan,
+// each segment's chunks from its start) against the chunk-by-chunk forward: o, the final state and the saved h and
+// v_new, which the backward reads. fp64 both; the segmented route composes up to ~20 chunk maps before it meets the
+// states, whose entries stay within ~10² of the results (|γ| <= 1, β <= 1, unit-norm k̂), so 1e-10 of each tensor's
+// largest entry holds as above (the worst error seen is 3e-6 of that tolerance). Planted while writing this test: the
+// starts without the offsets b fail every case and segment count; the transition without its decay (M ← M − kgᵀ w M)
+// fails every one where a segment's transition meets a nonzero state (an initial state, or a segment after the
+// first); both by 3e8 times the tolerance or more.
+void expect_segments_match_chain(ChunkedCase const& c, Index segments, std::mt19937_64& rng) {
+  ref::GatedDeltaChunkedInputs const in = draw(c, rng);
+  ref::GatedDeltaChunkedOut const want = ref::gated_delta_chunked_fwd(in, c.chunk);
+  ref::GatedDeltaChunkedOut const got = ref::gated_delta_chunked_fwd_segmented(in, c.chunk, segments);
+  std::string const name = c.name + ", " + std::to_string(segments) + " segments";
+  auto const& cu = in.cu_seqlens;
+  expect_close("o " + name, got.o, want.o, cu, true);
+  expect_close("v_new " + name, got.saved.v_new, want.saved.v_new, cu, true);
+  expect_close("final_state " + name, got.final_state, want.final_state, cu, false);
+  expect_close("h " + name, got.saved.h, want.saved.h, cu, false);
+}
+
+TEST(GatedDeltaChunked, SegmentsOfChunksMatchTheChunkChain) {
+  auto rng = test_rng();
+  // name, lengths, Hk, Hv, K, V, chunk, use_qk_l2norm, with_initial_state, with_dfinal_state (unused here)
+  ChunkedCase const cases[] = {
+      {"c4_seqs_1_63_64_0_65_130_gqa2_h0", {1, 63, 64, 0, 65, 130}, 1, 2, 5, 4, 4, true, true, false},
+      {"c1_seqs_37_5_gqa3_no_l2norm", {37, 5}, 1, 3, 4, 3, 1, false, false, false},
+      {"c8_seqs_150_gqa1_h0", {150}, 2, 2, 6, 5, 8, true, true, false},
+      {"c64_seqs_300_0_gqa2_h0", {300, 0}, 1, 2, 4, 4, 64, true, true, false},
+  };
+  // One segment (the chain itself), two, three, more than some examples have chunks.
+  for (ChunkedCase const& c : cases) {
+    for (Index segments : {1, 2, 3, 7, 40}) expect_segments_match_chain(c, segments, rng);
   }
+}
+
+TEST(GatedDeltaChunked, SegmentsOfChunksMatchTheChunkChainOnRandomShapes) {
+  auto rng = test_rng();
+  for (int i = 0; i < cases(4, 30); ++i) {
+    ChunkedCase const c = random_case(rng, i, 3, 12);
+    expect_segments_match_chain(c, uniform_int(rng, 1, 8), rng);
+  }
+}
+
+TEST(GatedDeltaChunked, SegmentedForwardRefusesZeroSegments) {
+  auto rng = test_rng();
+  ref::GatedDeltaChunkedInputs const in = draw({"one", {5}, 1, 1, 2, 2, 4, true, false, false}, rng);
+  EXPECT_THROW(ref::gated_delta_chunked_fwd_segmented(in, 4, 0), std::invalid_argument);
 }
 
 // The bf16 backward's split policy (kernels/gated_delta/gated_delta_mma.cuh, SplitPolicy) against dg's budget, on the
