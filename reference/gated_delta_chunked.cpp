@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -187,6 +188,39 @@ Mat initial_state_of(GatedDeltaChunkedInputs const& in, Index n, Index j) {
   return in.initial_state.defined() ? Mat(in.initial_state.mat({n, j})) : Mat::Zero(in.K(), in.V());
 }
 
+void check_segments(Index segments, char const* who) {
+  if (segments < 1) {
+    throw std::invalid_argument(std::string(who) + ": segments must be >= 1; got " + std::to_string(segments));
+  }
+}
+
+// Segment s of an example's chunks [first, last), up to `segments` of them: chunks [bounds[s], bounds[s + 1]).
+std::vector<Index> segment_bounds(Index first, Index last, Index segments) {
+  Index const per = std::max<Index>(1, (last - first + segments - 1) / segments);  // chunks per segment
+  std::vector<Index> bounds;
+  for (Index c = first; c < last; c += per) bounds.push_back(c);
+  bounds.push_back(last);
+  return bounds;
+}
+
+// One chunk's reverse step for value head j: from dh, the gradient of the state leaving the chunk, and the chunk's
+// output gradient d_o (one column per column of dh), its y = Ainvᵀ dv_new with dv_new = Pᵀ d_o + kg dh, and the
+// gradient of the state entering it, qgᵀ d_o + γ dh − kβgᵀ y: affine in dh, so it maps a [K, X] gradient for any X.
+Mat reverse_chunk(GatedDeltaChunkedInputs const& in, GatedDeltaChunkedSaved const& s, Chunk const& c, Index j,
+                  Mat const& d_o, Mat const& dh, Mat& y) {
+  ChunkView const cv = view(in, s, c, j, true);
+  Index const K = in.K();
+  Mat kg(c.len, K), qg(c.len, K), kbg(c.len, K);
+  for (Index i = 0; i < c.len; ++i) {
+    kg.row(i) = cv.to_end(i) * cv.k_hat.row(i);
+    qg.row(i) = std::exp(cv.G(i)) * cv.q_hat.row(i);
+    kbg.row(i) = cv.beta(i) * std::exp(cv.G(i)) * cv.k_hat.row(i);
+  }
+  Mat const dv_new = intra_p(cv).transpose() * d_o + kg * dh;
+  y = cv.T.transpose() * dv_new;
+  return qg.transpose() * d_o + cv.gamma() * dh - kbg.transpose() * y;
+}
+
 }  // namespace
 
 // The forward, chunk by chunk: rstd, gcum, Ainv = (I + A)^-1, h (the state entering each chunk), v_new = u − w·h,
@@ -206,40 +240,36 @@ GatedDeltaChunkedOut gated_delta_chunked_fwd(GatedDeltaChunkedInputs const& in, 
 }
 
 // The forward over segments of each example's chunks, in three phases that a GPU would run as three passes:
-//  (1) every segment on its own: its map of the state, h_end = M h_start + b, from its chunks' maps alone
+//  (1) every segment but the last on its own: its map of the state, h_end = M h_start + b, from its chunks' maps alone
 //      (M ← (γ I − kgᵀ w) M and b ← γ b + kgᵀ (u − w b) chunk by chunk, from M = I, b = 0: the state chain run from
 //      the identity with u = 0, and from zero with the real u);
 //  (2) the segments' true starts, h_start(s + 1) = M_s h_start(s) + b_s from the example's initial state;
 //  (3) every segment's chunks from its true start, as gated_delta_chunked_fwd runs them.
 GatedDeltaChunkedOut gated_delta_chunked_fwd_segmented(GatedDeltaChunkedInputs const& in, Index chunk,
                                                        Index segments) {
-  if (segments < 1) throw std::invalid_argument("gated_delta_chunked_fwd_segmented: segments must be >= 1");
+  check_segments(segments, "gated_delta_chunked_fwd_segmented");
   std::vector<Chunk> const chunks = chunk_table(in.cu_seqlens, chunk);
   GatedDeltaChunkedOut out = fwd_outputs(in, chunks, chunk);
   Index const N = Index(in.cu_seqlens.size()) - 1, K = in.K(), V = in.V();
   for (Index n = 0; n < N; ++n) {
     auto const [first, last] = example_chunks(chunks, n);
-    Index const per = std::max<Index>(1, (last - first + segments - 1) / segments);  // chunks per segment
-    std::vector<Index> bounds;  // segment s: chunks [bounds[s], bounds[s + 1])
-    for (Index c = first; c < last; c += per) bounds.push_back(c);
-    bounds.push_back(last);
+    std::vector<Index> const bounds = segment_bounds(first, last, segments);
     Index const S = Index(bounds.size()) - 1;
     for (Index j = 0; j < in.Hv(); ++j) {
       std::vector<Mat> M(S, Mat::Identity(K, K)), b(S, Mat::Zero(K, V));
-      for (Index sg = 0; sg < S; ++sg) {  // (1)
+      for (Index sg = 0; sg + 1 < S; ++sg) {  // (1): the last segment's map is not needed
         for (Index ci = bounds[sg]; ci < bounds[sg + 1]; ++ci) {
           ChunkMap const m = chunk_map(view(in, out.saved, chunks[ci], j, false));
           M[sg] = m.gamma * M[sg] - m.kg.transpose() * (m.w * M[sg]);
           b[sg] = m.gamma * b[sg] + m.kg.transpose() * (m.u - m.w * b[sg]);
         }
       }
-      std::vector<Mat> start(S + 1);  // (2)
+      std::vector<Mat> start(std::max<Index>(S, 1));  // (2)
       start[0] = initial_state_of(in, n, j);
-      for (Index sg = 0; sg < S; ++sg) start[sg + 1] = M[sg] * start[sg] + b[sg];
-      for (Index sg = 0; sg < S; ++sg) {  // (3)
-        run_chunks(in, chunks, bounds[sg], bounds[sg + 1], j, start[sg], {}, out);
-      }
-      out.final_state.mat({n, j}) = start[S];
+      for (Index sg = 0; sg + 1 < S; ++sg) start[sg + 1] = M[sg] * start[sg] + b[sg];
+      Mat h = start[0];  // (3); the last segment's run leaves the final state
+      for (Index sg = 0; sg < S; ++sg) h = run_chunks(in, chunks, bounds[sg], bounds[sg + 1], j, start[sg], {}, out);
+      out.final_state.mat({n, j}) = h;
     }
   }
   return out;
@@ -255,9 +285,12 @@ GatedDeltaChunkedOut gated_delta_chunked_fwd_segmented(GatedDeltaChunkedInputs c
 //      outer product): dq̂, dk̂ of the value head, dβ, and dg as the reverse in-chunk cumsum of dG;
 //  (d) per token and key head: dq̂, dk̂ summed over the group's value heads in head order, then the scale and the
 //      l2norm backward.
-GatedDeltaGrads gated_delta_chunked_bwd(GatedDeltaChunkedInputs const& in, GatedDeltaChunkedSaved const& s,
-                                        Tensor const& dout, Tensor const& dfinal_state, Index chunk,
-                                        GatedDeltaChunkedOperands const& operands) {
+namespace {
+
+// The backward; step (b) over up to `segments` segments of each example's chunks (1: the plain reverse chain).
+GatedDeltaGrads chunked_bwd(GatedDeltaChunkedInputs const& in, GatedDeltaChunkedSaved const& s, Tensor const& dout,
+                            Tensor const& dfinal_state, Index chunk, GatedDeltaChunkedOperands const& operands,
+                            Index segments) {
   Index const T = in.q.size(0), Hk = in.Hk(), Hv = in.Hv(), K = in.K(), V = in.V();
   Index const N = Index(in.cu_seqlens.size()) - 1, group = Hv / Hk;
   std::vector<Chunk> const chunks = chunk_table(in.cu_seqlens, chunk);
@@ -278,28 +311,41 @@ GatedDeltaGrads gated_delta_chunked_bwd(GatedDeltaChunkedInputs const& in, Gated
       Tensor(in.v.shape()),    Tensor(in.g.shape()),
       Tensor(in.beta.shape()), in.initial_state.defined() ? Tensor(in.initial_state.shape()) : Tensor()};
 
-  // (b) the reverse chunk recurrence.
+  // (b) the reverse chunk recurrence, over segments of each example's chunks: each segment's map of the gradient,
+  // dh_start = R dh_end + r (R from the identity with no output gradient, r from zero), then the segments' end
+  // gradients by a scan from dfinal_state, then each segment's chunks from its end (one segment: the chain itself).
   Tensor dh_next({NC, Hv, K, V}), y_all({T, Hv, V});
+  // Chunks [first, last) in reverse from dh, the gradient of the state leaving chunk last − 1: dh_next and y of each
+  // into the tensors above; returns the gradient of the state entering `first`.
+  auto reverse_chunks = [&](Index first, Index last, Index j, Mat dh) {
+    for (Index ci = last - 1; ci >= first; --ci) {
+      Chunk const& c = chunks[ci];
+      dh_next.mat({ci, j}) = dh;
+      Mat y;
+      dh = reverse_chunk(in, s, c, j, do_of(c, j), dh, y);
+      for (Index i = 0; i < c.len; ++i) y_all.vec({c.start + i, j}) = y.row(i).transpose();
+    }
+    return dh;
+  };
   for (Index n = 0; n < N; ++n) {
+    auto const [first, last] = example_chunks(chunks, n);
+    std::vector<Index> const bounds = segment_bounds(first, last, segments);
+    Index const S = Index(bounds.size()) - 1;
     for (Index j = 0; j < Hv; ++j) {
-      Mat dh = dfinal_state.defined() ? Mat(dfinal_state.mat({n, j})) : Mat::Zero(K, V);
-      for (Index ci = NC - 1; ci >= 0; --ci) {
-        Chunk const& c = chunks[ci];
-        if (c.example != n) continue;
-        ChunkView const cv = view(in, s, c, j, true);
-        Mat const d_o = do_of(c, j);
-        dh_next.mat({ci, j}) = dh;
-        Mat kg(c.len, K), qg(c.len, K), kbg(c.len, K);
-        for (Index i = 0; i < c.len; ++i) {
-          kg.row(i) = cv.to_end(i) * cv.k_hat.row(i);
-          qg.row(i) = std::exp(cv.G(i)) * cv.q_hat.row(i);
-          kbg.row(i) = cv.beta(i) * std::exp(cv.G(i)) * cv.k_hat.row(i);
+      std::vector<Mat> R(S, Mat::Identity(K, K)), r(S, Mat::Zero(K, V));
+      for (Index sg = 1; sg < S; ++sg) {  // the first segment's map is not needed
+        for (Index ci = bounds[sg + 1] - 1; ci >= bounds[sg]; --ci) {
+          Chunk const& c = chunks[ci];
+          Mat y;
+          R[sg] = reverse_chunk(in, s, c, j, Mat::Zero(c.len, K), R[sg], y);
+          r[sg] = reverse_chunk(in, s, c, j, do_of(c, j), r[sg], y);
         }
-        Mat const dv_new = intra_p(cv).transpose() * d_o + kg * dh;
-        Mat const y = cv.T.transpose() * dv_new;
-        for (Index i = 0; i < c.len; ++i) y_all.vec({c.start + i, j}) = y.row(i).transpose();
-        dh = qg.transpose() * d_o + cv.gamma() * dh - kbg.transpose() * y;
       }
+      std::vector<Mat> end(std::max<Index>(S, 1));  // end[sg]: the gradient of the state leaving segment sg
+      end[std::max<Index>(S, 1) - 1] = dfinal_state.defined() ? Mat(dfinal_state.mat({n, j})) : Mat::Zero(K, V);
+      for (Index sg = S - 1; sg > 0; --sg) end[sg - 1] = R[sg] * end[sg] + r[sg];
+      Mat dh = end[0];
+      for (Index sg = S - 1; sg >= 0; --sg) dh = reverse_chunks(bounds[sg], bounds[sg + 1], j, end[sg]);
       if (in.initial_state.defined()) grads.dinitial_state.mat({n, j}) = dh;
     }
   }
@@ -379,6 +425,21 @@ GatedDeltaGrads gated_delta_chunked_bwd(GatedDeltaChunkedInputs const& in, Gated
     }
   }
   return grads;
+}
+
+}  // namespace
+
+GatedDeltaGrads gated_delta_chunked_bwd(GatedDeltaChunkedInputs const& in, GatedDeltaChunkedSaved const& s,
+                                        Tensor const& dout, Tensor const& dfinal_state, Index chunk,
+                                        GatedDeltaChunkedOperands const& operands) {
+  return chunked_bwd(in, s, dout, dfinal_state, chunk, operands, 1);
+}
+
+GatedDeltaGrads gated_delta_chunked_bwd_segmented(GatedDeltaChunkedInputs const& in, GatedDeltaChunkedSaved const& s,
+                                                  Tensor const& dout, Tensor const& dfinal_state, Index chunk,
+                                                  Index segments) {
+  check_segments(segments, "gated_delta_chunked_bwd_segmented");
+  return chunked_bwd(in, s, dout, dfinal_state, chunk, {}, segments);
 }
 
 }  // namespace fusepack::ref

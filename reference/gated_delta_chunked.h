@@ -68,5 +68,11 @@ GatedDeltaChunkedOut gated_delta_chunked_fwd_segmented(GatedDeltaChunkedInputs c
 GatedDeltaGrads gated_delta_chunked_bwd(GatedDeltaChunkedInputs const& in, GatedDeltaChunkedSaved const& s,
                                         Tensor const& dout, Tensor const& dfinal_state, Index chunk,
                                         GatedDeltaChunkedOperands const& operands = {});
+// The same backward with its reverse recurrence over up to `segments` segments of each example's chunks: each
+// segment's map of the state gradient first (dh_start = R dh_end + r), then the segments' end gradients by a short
+// scan from dfinal_state, then every segment's chunks from its end. Same results up to fp64 rounding.
+GatedDeltaGrads gated_delta_chunked_bwd_segmented(GatedDeltaChunkedInputs const& in, GatedDeltaChunkedSaved const& s,
+                                                  Tensor const& dout, Tensor const& dfinal_state, Index chunk,
+                                                  Index segments);
 
 }  // namespace fusepack::ref

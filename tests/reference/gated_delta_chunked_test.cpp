@@ -144,14 +144,16 @@ TEST(GatedDeltaChunked, MatchesNaiveRecurrenceOnRandomShapes) {
   for (int i = 0; i < cases(4, 40); ++i) expect_chunked_matches_recurrence(random_case(rng, i, 4, 3), rng);
 }
 
-// The forward over segments of chunks (three phases: each segment's map of the state, the segments' starts by a scan,
-// each segment's chunks from its start) against the chunk-by-chunk forward: o, the final state and the saved h and
-// v_new, which the backward reads. fp64 both; the segmented route composes up to ~20 chunk maps before it meets the
-// states, whose entries stay within ~10² of the results (|γ| <= 1, β <= 1, unit-norm k̂), so 1e-10 of each tensor's
-// largest entry holds as above (the worst error seen is 3e-6 of that tolerance). Planted while writing this test: the
-// starts without the offsets b fail every case and segment count; the transition without its decay (M ← M − kgᵀ w M)
-// fails every one where a segment's transition meets a nonzero state (an initial state, or a segment after the
-// first); both by 3e8 times the tolerance or more.
+// The forward and the backward over segments of chunks (three phases: each segment's map of the state or of its
+// gradient, the segments' starts or ends by a scan, each segment's chunks from there) against the chunk-by-chunk
+// chain: o, the final state and the saved h and v_new, which the backward reads, and every gradient. fp64 both; the
+// segmented route composes up to ~20 chunk maps before it meets the states, whose entries stay within ~10² of the
+// results (|γ| <= 1, β <= 1, unit-norm k̂), so 1e-10 of each tensor's largest entry holds as above (the worst error
+// seen is 3e-6 of that tolerance). Planted while writing this test: the forward's starts without the offsets b, or
+// the backward's ends without the offsets r, fail every case of two segments or more; the forward's transition
+// without its decay (M ← M − kgᵀ w M), or the backward's, fail every one where a transition meets a nonzero state or
+// gradient (two segments without an initial state or dfinal_state use none); each failing case's worst tensor by
+// 6e8 times the tolerance or more.
 void expect_segments_match_chain(ChunkedCase const& c, Index segments, std::mt19937_64& rng) {
   ref::GatedDeltaChunkedInputs const in = draw(c, rng);
   ref::GatedDeltaChunkedOut const want = ref::gated_delta_chunked_fwd(in, c.chunk);
@@ -162,16 +164,31 @@ void expect_segments_match_chain(ChunkedCase const& c, Index segments, std::mt19
   expect_close("v_new " + name, got.saved.v_new, want.saved.v_new, cu, true);
   expect_close("final_state " + name, got.final_state, want.final_state, cu, false);
   expect_close("h " + name, got.saved.h, want.saved.h, cu, false);
+
+  Tensor const dout = randn(want.o.shape(), rng);
+  Tensor const dfinal_state = c.with_dfinal_state ? randn(want.final_state.shape(), rng) : Tensor();
+  ref::GatedDeltaGrads const chain = ref::gated_delta_chunked_bwd(in, want.saved, dout, dfinal_state, c.chunk);
+  ref::GatedDeltaGrads const split =
+      ref::gated_delta_chunked_bwd_segmented(in, want.saved, dout, dfinal_state, c.chunk, segments);
+  expect_close("dq " + name, split.dq, chain.dq, cu, true);
+  expect_close("dk " + name, split.dk, chain.dk, cu, true);
+  expect_close("dv " + name, split.dv, chain.dv, cu, true);
+  expect_close("dg " + name, split.dg, chain.dg, cu, true);
+  expect_close("dbeta " + name, split.dbeta, chain.dbeta, cu, true);
+  ASSERT_EQ(split.dinitial_state.defined(), chain.dinitial_state.defined()) << name;
+  if (chain.dinitial_state.defined()) {
+    expect_close("dinitial_state " + name, split.dinitial_state, chain.dinitial_state, cu, false);
+  }
 }
 
 TEST(GatedDeltaChunked, SegmentsOfChunksMatchTheChunkChain) {
   auto rng = test_rng();
-  // name, lengths, Hk, Hv, K, V, chunk, use_qk_l2norm, with_initial_state, with_dfinal_state (unused here)
+  // name, lengths, Hk, Hv, K, V, chunk, use_qk_l2norm, with_initial_state, with_dfinal_state
   ChunkedCase const cases[] = {
-      {"c4_seqs_1_63_64_0_65_130_gqa2_h0", {1, 63, 64, 0, 65, 130}, 1, 2, 5, 4, 4, true, true, false},
+      {"c4_seqs_1_63_64_0_65_130_gqa2_states", {1, 63, 64, 0, 65, 130}, 1, 2, 5, 4, 4, true, true, true},
       {"c1_seqs_37_5_gqa3_no_l2norm", {37, 5}, 1, 3, 4, 3, 1, false, false, false},
       {"c8_seqs_150_gqa1_h0", {150}, 2, 2, 6, 5, 8, true, true, false},
-      {"c64_seqs_300_0_gqa2_h0", {300, 0}, 1, 2, 4, 4, 64, true, true, false},
+      {"c64_seqs_300_0_gqa2_dfinal", {300, 0}, 1, 2, 4, 4, 64, true, false, true},
   };
   // One segment (the chain itself), two, three, more than some examples have chunks.
   for (ChunkedCase const& c : cases) {
@@ -187,10 +204,13 @@ TEST(GatedDeltaChunked, SegmentsOfChunksMatchTheChunkChainOnRandomShapes) {
   }
 }
 
-TEST(GatedDeltaChunked, SegmentedForwardRefusesZeroSegments) {
+TEST(GatedDeltaChunked, SegmentedPassesRefuseZeroSegments) {
   auto rng = test_rng();
   ref::GatedDeltaChunkedInputs const in = draw({"one", {5}, 1, 1, 2, 2, 4, true, false, false}, rng);
   EXPECT_THROW(ref::gated_delta_chunked_fwd_segmented(in, 4, 0), std::invalid_argument);
+  ref::GatedDeltaChunkedOut const fwd = ref::gated_delta_chunked_fwd(in, 4);
+  EXPECT_THROW(ref::gated_delta_chunked_bwd_segmented(in, fwd.saved, randn(fwd.o.shape(), rng), Tensor(), 4, 0),
+               std::invalid_argument);
 }
 
 // The bf16 backward's split policy (kernels/gated_delta/gated_delta_mma.cuh, SplitPolicy) against dg's budget, on the
