@@ -15,17 +15,50 @@
 # The fused linear cross-entropy, conv1d's column parts and the AdamW kernel run through their GPU tests instead
 # (fusepack-gradcheck has no case for them).
 # Exit status is non-zero when any tool reports anything or a gradient check fails; logs in $OUT_DIR.
-#   ci/gpu_sanitize.sh [build dir]        (default: $FUSEPACK_BUILD_DIR or build)
+#   ci/gpu_sanitize.sh [build dir] [--only REGEX] [--list]
+#     build dir     default: $FUSEPACK_BUILD_DIR or build
+#     --only REGEX  only the cases whose name (as --list prints it) matches the extended regular expression, e.g.
+#                   'gated_delta .*lean' for the lean Gated DeltaNet kernels in every dtype; refused when it selects none
+#     --list        print the selected cases' names and exit (needs no build, no GPU)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
-build_dir=${1:-${FUSEPACK_BUILD_DIR:-build}}
+usage() { sed -n '/^#   ci\/gpu_sanitize.sh \[/,/^#     --list/s/^# \{0,1\}//p' "$0"; }
+build_dir=${FUSEPACK_BUILD_DIR:-build}
+only_regex=
+list=false
+while [ $# -gt 0 ]; do
+  case $1 in
+    --only)
+      [ $# -ge 2 ] || { echo "gpu_sanitize: --only needs a regular expression"; usage; exit 2; }
+      only_regex=$2
+      shift 2 ;;
+    --list) list=true; shift ;;
+    -h|--help) usage; exit 0 ;;
+    -*) echo "gpu_sanitize: unknown option '$1'"; usage; exit 2 ;;
+    *) build_dir=$1; shift ;;
+  esac
+done
+if [ -n "$only_regex" ]; then
+  echo | grep -Eq -- "$only_regex" 2>/dev/null
+  [ $? -le 1 ] || { echo "gpu_sanitize: --only '$only_regex' is not an extended regular expression"; exit 2; }
+fi
+selected_count=0
+# NAME: whether --only selects the case; counts it, and prints it instead under --list.
+selected() {
+  if [ -n "$only_regex" ] && ! grep -Eq -- "$only_regex" <<<"$1"; then return 1; fi
+  selected_count=$((selected_count + 1))
+  if $list; then echo "$1"; return 1; fi
+  return 0
+}
 gradcheck="$build_dir/bin/fusepack-gradcheck"
-[ -x "$gradcheck" ] || { echo "gpu_sanitize: $gradcheck not found; build first"; exit 2; }
-sanitizer=${COMPUTE_SANITIZER:-compute-sanitizer}
-command -v "$sanitizer" >/dev/null || sanitizer=/usr/local/cuda/bin/compute-sanitizer
-[ -x "$(command -v "$sanitizer")" ] || { echo "gpu_sanitize: compute-sanitizer not found (CUDA toolkit)"; exit 2; }
-out=${OUT_DIR:-$build_dir/sanitize}
-mkdir -p "$out"
+if ! $list; then
+  [ -x "$gradcheck" ] || { echo "gpu_sanitize: $gradcheck not found; build first"; exit 2; }
+  sanitizer=${COMPUTE_SANITIZER:-compute-sanitizer}
+  command -v "$sanitizer" >/dev/null || sanitizer=/usr/local/cuda/bin/compute-sanitizer
+  [ -x "$(command -v "$sanitizer")" ] || { echo "gpu_sanitize: compute-sanitizer not found (CUDA toolkit)"; exit 2; }
+  out=${OUT_DIR:-$build_dir/sanitize}
+  mkdir -p "$out"
+fi
 seqlens=0,1,17,64,65,130
 
 # op, dtype, extra gradcheck arguments: every fused kernel family, Gated DeltaNet in each dtype (its kernels differ by
@@ -63,9 +96,10 @@ check() {
     printf '%-44s %-10s clean: %s; %s\n' "$name" "$tool" "$summary" "$verdict"
   fi
 }
-printf '%-44s %-10s %s\n' case tool result
+$list || printf '%-44s %-10s %s\n' case tool result
 for c in "${cases[@]}"; do
   read -r op dtype extra <<<"$c"
+  selected "$op $dtype${extra:+ $extra}" || continue
   for tool in memcheck racecheck initcheck synccheck; do
     log="$out/${op}-${dtype}${extra:+-$(echo "$extra" | tr -d ' -' | tr ',' '_')}-$tool.log"
     filter=(--kernel-name kns=fusepack)
@@ -84,6 +118,7 @@ done
 # inputs first); racecheck and initcheck run RACE_INIT_TESTS when given.
 sanitize_tests() {
   local name=$1 log=$2 binary=$3 tests=$4 race_init_tests=${5:-$4} tool selected filter
+  selected "$name" || return
   if [ ! -x "$binary" ]; then
     failed=1
     echo "gpu_sanitize: $binary not found (build the tests)"
@@ -118,5 +153,10 @@ sanitize_tests "conv1d column parts (its GPU test)" conv1d-parts "$build_dir/tes
 # every size, aligned and one element into their buffers, fp32 and fp64, with compute copies (p, g, m and v are
 # written by ATen's kernels first).
 sanitize_tests "adamw (its GPU tests)" adamw "$build_dir/tests/trainer_optim_test" '*CudaFusepack*'
+if [ $selected_count -eq 0 ]; then
+  echo "gpu_sanitize: --only '$only_regex' selects no case (--list prints them)"
+  exit 2
+fi
+$list && exit 0
 [ $failed -eq 0 ] && echo "[sanitize] PASSED: no report from any tool" || echo "[sanitize] FAILED (logs in $out)"
 exit $failed
