@@ -250,7 +250,7 @@ __global__ void __launch_bounds__(kK * 2, 2)
 
   build_p_planes<T, kK, kWarps>(q_tile, k_tile, Sm::kLdK, rec_tile, planes, L, warp, lane);
 
-  // Until the chain's blocks of this example and head (one per kBV value columns) have written the chunk.
+  // Until the chain's blocks of this example and head (one per 32 value columns) have written the chunk.
   int const chain_tiles = V / kGatedDeltaLeanColumns;  // the launcher runs the chain in blocks of these
   if (tid < chain_tiles) {
     int const n = table.example(c), step = c - table.first_chunk(n);
