@@ -106,15 +106,13 @@ class Command(unittest.TestCase):
         self.assertIn("whole function, 11 instructions of 11", out)
 
     def test_a_pattern_must_match_one_kernel(self):
-        status, _, err = run(["--from-sass", self.sass, "unused.o", "chain"])
-        self.assertEqual(status, 2)
-        self.assertIn("'chain' matches 2 kernels, expected one: _Z5chainPd, _Z5chainPf", err)
-        status, _, err = run(["--from-sass", self.sass, "unused.o", "attention"])
-        self.assertEqual(status, 2)
-        self.assertIn("no kernel matches 'attention'; the object has 3: _Z5chainPd, _Z5chainPf, _Z6outputPf", err)
-        status, _, err = run(["--from-sass", self.sass, "unused.o", "chain(Pf"])
-        self.assertEqual(status, 2)
-        self.assertIn("KERNEL 'chain(Pf' is not a regular expression: missing ), unterminated subpattern", err)
+        for pattern, message in [
+                ("chain", "'chain' matches 2 kernels, expected one: _Z5chainPd, _Z5chainPf"),
+                ("attention", "no kernel matches 'attention'; the object has 3: _Z5chainPd, _Z5chainPf, _Z6outputPf"),
+                ("chain(Pf", "KERNEL 'chain(Pf' is not a regular expression: missing ), unterminated subpattern")]:
+            status, _, err = run(["--from-sass", self.sass, "unused.o", pattern])
+            self.assertEqual(status, 2, pattern)
+            self.assertIn(message, err)
 
     def test_no_line_info_is_said(self):
         status, out, err = run(["--from-sass", self.sass, "unused.o", "outputPf"])

@@ -332,18 +332,22 @@ GatedDeltaGrads chunked_bwd(GatedDeltaChunkedInputs const& in, GatedDeltaChunked
     std::vector<Index> const bounds = segment_bounds(first, last, segments);
     Index const S = Index(bounds.size()) - 1;
     for (Index j = 0; j < Hv; ++j) {
-      std::vector<Mat> R(S, Mat::Identity(K, K)), r(S, Mat::Zero(K, V));
-      for (Index sg = 1; sg < S; ++sg) {  // the first segment's map is not needed
+      // [R | r] of each segment but the first (whose map is not needed): one reverse pass over [I | 0] with the
+      // output gradient [0 | do], the step being affine column by column.
+      std::vector<Mat> Rr(S);
+      for (Index sg = 1; sg < S; ++sg) {
+        Rr[sg] = Mat::Zero(K, K + V);
+        Rr[sg].leftCols(K).setIdentity();
         for (Index ci = bounds[sg + 1] - 1; ci >= bounds[sg]; --ci) {
           Chunk const& c = chunks[ci];
-          Mat y;
-          R[sg] = reverse_chunk(in, s, c, j, Mat::Zero(c.len, K), R[sg], y);
-          r[sg] = reverse_chunk(in, s, c, j, do_of(c, j), r[sg], y);
+          Mat d_o = Mat::Zero(c.len, K + V), y;
+          d_o.rightCols(V) = do_of(c, j);
+          Rr[sg] = reverse_chunk(in, s, c, j, d_o, Rr[sg], y);
         }
       }
       std::vector<Mat> end(std::max<Index>(S, 1));  // end[sg]: the gradient of the state leaving segment sg
       end[std::max<Index>(S, 1) - 1] = dfinal_state.defined() ? Mat(dfinal_state.mat({n, j})) : Mat::Zero(K, V);
-      for (Index sg = S - 1; sg > 0; --sg) end[sg - 1] = R[sg] * end[sg] + r[sg];
+      for (Index sg = S - 1; sg > 0; --sg) end[sg - 1] = Rr[sg].leftCols(K) * end[sg] + Rr[sg].rightCols(V);
       Mat dh = end[0];
       for (Index sg = S - 1; sg >= 0; --sg) dh = reverse_chunks(bounds[sg], bounds[sg + 1], j, end[sg]);
       if (in.initial_state.defined()) grads.dinitial_state.mat({n, j}) = dh;
