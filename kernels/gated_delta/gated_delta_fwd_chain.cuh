@@ -206,11 +206,18 @@ template <typename T, int kK>
 struct OutputSmem {
   static constexpr int kParts = SplitPolicy<T>::kOrder + 1;  // bf16 planes of P
   static constexpr int kLdK = kK + kLdPad;
+  static constexpr int kWarps = kK / 16;
+  // 16-bit runs stage a warp's second half of h and its v_new through shared memory (one copy in flight for all of
+  // them); fp32 runs, whose tiles are twice the size, only v_new, to stay at two blocks per multiprocessor.
+  static constexpr bool kStageHalfH = sizeof(T) < 4;
+  static constexpr std::size_t kWarpStage = sizeof(float) * ((kStageHalfH ? 16 * kK / 2 : 0) + 16 * kChunk);
   static constexpr std::size_t kQTile = 0;                                              // T [64][kLdK]
-  static constexpr std::size_t kKTile = kQTile + sizeof(T) * kChunk * kLdK;            // T [64][kLdK]
-  static constexpr std::size_t kPlanes = align16(kKTile + sizeof(T) * kChunk * kLdK);  // bf16 [parts][64][kLdSq]
+  static constexpr std::size_t kPlanes = align16(kQTile + sizeof(T) * kChunk * kLdK);  // bf16 [parts][64][kLdSq]
   static constexpr std::size_t kRec = kPlanes + 2 * kParts * kPlane;                   // fp32 [64][kRecord]
-  static constexpr std::size_t kBytes = kRec + sizeof(float) * kChunk * kRecord;
+  static constexpr std::size_t kKTile = kRec + sizeof(float) * kChunk * kRecord;      // T [64][kLdK], until P is built
+  static constexpr std::size_t kStage = kKTile;  // then fp32 [warps][the warp's h half, v_new], in register order
+  static constexpr std::size_t kKTileBytes = sizeof(T) * kChunk * kLdK, kStageBytes = kWarps * kWarpStage;
+  static constexpr std::size_t kBytes = kKTile + (kKTileBytes > kStageBytes ? kKTileBytes : kStageBytes);
 };
 
 template <typename T, int kK>
@@ -232,9 +239,9 @@ __global__ void __launch_bounds__(kK * 2, 2)
   int const L = table.len(c);
   std::int64_t const chunk_head = std::int64_t(c) * Hv + hv;
   T* const q_tile = reinterpret_cast<T*>(gd_smem + Sm::kQTile);
-  T* const k_tile = reinterpret_cast<T*>(gd_smem + Sm::kKTile);
   __nv_bfloat16* const planes = reinterpret_cast<__nv_bfloat16*>(gd_smem + Sm::kPlanes);
   float* const rec_tile = reinterpret_cast<float*>(gd_smem + Sm::kRec);
+  T* const k_tile = reinterpret_cast<T*>(gd_smem + Sm::kKTile);
 
   std::int64_t const qk0 = (t0 * Hk + hk) * kK, qk_stride = sizeof(T) * std::int64_t(Hk) * kK;
   copy_rows_async<kChunk, int(sizeof(T)) * kK, kThreads>(q_tile, int(sizeof(T)) * Sm::kLdK,
@@ -257,18 +264,38 @@ __global__ void __launch_bounds__(kK * 2, 2)
     int const* const count = done + (std::int64_t(n) * Hv + hv) * chain_tiles + tid;
     while (acquire_count(count) <= step) __nanosleep(200);
   }
-  __syncthreads();
+  __syncthreads();  // the chunk is published; P is complete, and the k tile is dead (the stage overlays it)
 
-  // Z = (q h)ᵀ over all K (this warp's state slab hᵀ [16, K] read in two halves of K, one 16-byte load per tile and
-  // lane, to stay within the registers of two blocks per multiprocessor), scaled by scale rstd_q e^{G} per token.
-  float z[8][4] = {};
+  // This warp's state slab hᵀ [16, K] in two halves of K (to stay within the registers of two blocks per
+  // multiprocessor) and its v_new [16 columns, 64 tokens], all requested at once: the first half into registers, the
+  // rest into the warp's stage by cp.async, each lane copying the 16 bytes of each tile it later reads itself (so
+  // its own wait is the only one it needs).
   float const* const hc = h_in + chunk_head * V * kK + state_tile(kK, warp, 0) + 4 * lane;
+  float const* const vt = vn_tiles + vn_tile_offset(chunk_head, V, warp) + 4 * lane;
+  float* const stage = reinterpret_cast<float*>(gd_smem + Sm::kStage) + warp * (Sm::kWarpStage / sizeof(float));
+  float* const h_stage = stage + 4 * lane;                                       // tiles kStateTiles / 2 ..
+  float* const vn_stage = stage + (Sm::kStageHalfH ? 16 * kK / 2 : 0) + 4 * lane;  // 8 token tiles
+  if constexpr (Sm::kStageHalfH) {
+#pragma unroll
+    for (int nt = 0; nt < kStateTiles / 2; ++nt) {
+      cp_async16(h_stage + nt * 128, hc + state_tile(kK, 0, kStateTiles / 2 + nt), 16);
+    }
+  }
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) cp_async16(vn_stage + nt * 128, vt + nt * 128, 16);
+  cp_async_commit();
+
+  // Z = (q h)ᵀ over all K, scaled by scale rstd_q e^{G} per token.
+  float z[8][4] = {};
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     float h[kStateTiles / 2][4];
+    if (half == 1 && Sm::kStageHalfH) cp_async_wait_all();
 #pragma unroll
     for (int nt = 0; nt < kStateTiles / 2; ++nt) {
-      float4 const f = __ldcg(reinterpret_cast<float4 const*>(hc + state_tile(kK, 0, half * kStateTiles / 2 + nt)));
+      float4 const f = half == 1 && Sm::kStageHalfH
+                           ? *reinterpret_cast<float4 const*>(h_stage + nt * 128)
+                           : __ldcg(reinterpret_cast<float4 const*>(hc + state_tile(kK, 0, half * kStateTiles / 2 + nt)));
       h[nt][0] = f.x, h[nt][1] = f.y, h[nt][2] = f.z, h[nt][3] = f.w;
     }
 #pragma unroll
@@ -291,14 +318,13 @@ __global__ void __launch_bounds__(kK * 2, 2)
 #pragma unroll
     for (int e = 0; e < 4; ++e) z[nt][e] *= rec_tile[(8 * nt + 2 * t + (e & 1)) * kRecord + kRecC];
   }
+  cp_async_wait_all();
   float vn[8][4];  // this warp's v_new [16 columns, 64 tokens]
-  float const* const vt = vn_tiles + vn_tile_offset(chunk_head, V, warp) + 4 * lane;
 #pragma unroll
   for (int nt = 0; nt < 8; ++nt) {
-    float4 const f = __ldcg(reinterpret_cast<float4 const*>(vt + nt * 128));
+    float4 const f = *reinterpret_cast<float4 const*>(vn_stage + nt * 128);
     vn[nt][0] = f.x, vn[nt][1] = f.y, vn[nt][2] = f.z, vn[nt][3] = f.w;
   }
-  __syncthreads();  // P complete
   if (p.save) save_p_planes<T, kThreads>(planes, p.P, chunk_head, tid);
 
   // o = Z + P v_new, out as pairs of adjacent value columns; v_new out in its hand-over type when saving.

@@ -110,7 +110,7 @@ __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wai
 // waits never holds a place a producer block needs), and publishes how many chunks each of its blocks has written
 // (a release store at gpu scope, after a block barrier: every thread's earlier stores are visible to a thread that
 // acquires the count). The consumer acquires a count before it reads what the count covers; its global reads of
-// those tensors bypass L1 (__ldcg), which may hold lines from before the writes.
+// those tensors bypass L1 (__ldcg, cp.async.cg), which may hold lines from before the writes.
 __device__ __forceinline__ void grid_launch_dependents() {
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 }
