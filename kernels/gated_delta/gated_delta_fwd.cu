@@ -189,6 +189,8 @@ constexpr RecurrenceShape kRecurrenceShapes[] = {{8, 1}, {8, 2}, {4, 2}, {2, 2}}
 // A block's shared memory on Hopper (227 KB): shapes above it are neither compiled nor chosen (fp32 at K = 128 runs
 // only [2 warps, split 2]).
 constexpr std::size_t kMaxBlockSmem = 227 * 1024;
+// And a multiprocessor's (228 KB), of which each resident block also takes 1 KB for the system.
+constexpr std::size_t kSmemPerSm = 228 * 1024;
 
 template <typename T, int kK>
 std::size_t recurrence_smem(RecurrenceShape s) {
@@ -308,7 +310,8 @@ void launch_lean_chain(GatedDeltaFwdParams const& p, float const* rec, __nv_bflo
   if (p.NC == 0) return;
 
   using So = OutputSmem<T, kK>;
-  static_assert(So::kBytes <= kMaxBlockSmem, "the output kernel's shared memory fits a Hopper block");
+  static_assert(2 * (So::kBytes + 1024) <= kSmemPerSm,
+                "two output blocks share a Hopper multiprocessor, as the kernel's register bound assumes");
   auto const output = gated_delta_fwd_chunk_output<T, kK>;
   if constexpr (So::kBytes > 48 * 1024) {
     FUSEPACK_CUDA_CHECK(cudaFuncSetAttribute(output, cudaFuncAttributeMaxDynamicSharedMemorySize,
