@@ -94,22 +94,32 @@ struct ChunkMap {
   Mat Tinv, w, u, qg, kg;
   double gamma;
 };
+// The chunk's rows scaled by their decays, which both passes read: qg, kg, and kbg = β ⊙ exp(G) ⊙ k̂ (w's operand).
+struct ChunkRows {
+  Mat qg, kg, kbg;
+};
+ChunkRows chunk_rows(ChunkView const& cv) {
+  Index const L = cv.L, K = cv.k_hat.cols();
+  ChunkRows r{Mat(L, K), Mat(L, K), Mat(L, K)};
+  for (Index i = 0; i < L; ++i) {
+    r.qg.row(i) = std::exp(cv.G(i)) * cv.q_hat.row(i);
+    r.kg.row(i) = cv.to_end(i) * cv.k_hat.row(i);
+    r.kbg.row(i) = cv.beta(i) * std::exp(cv.G(i)) * cv.k_hat.row(i);
+  }
+  return r;
+}
 ChunkMap chunk_map(ChunkView const& cv) {
-  Index const L = cv.L, K = cv.k_hat.cols(), V = cv.v.cols();
+  Index const L = cv.L, V = cv.v.cols();
   Mat A = intra_a_hat(cv);
   for (Index i = 0; i < L; ++i) A.row(i) *= cv.beta(i);
   ChunkMap m;
   m.Tinv = (Mat::Identity(L, L) + A).triangularView<Eigen::Lower>().solve(Mat::Identity(L, L));
-  Mat kbg(L, K), vb(L, V);
-  m.qg.resize(L, K);
-  m.kg.resize(L, K);
-  for (Index i = 0; i < L; ++i) {
-    kbg.row(i) = cv.beta(i) * std::exp(cv.G(i)) * cv.k_hat.row(i);
-    vb.row(i) = cv.beta(i) * cv.v.row(i);
-    m.qg.row(i) = std::exp(cv.G(i)) * cv.q_hat.row(i);
-    m.kg.row(i) = cv.to_end(i) * cv.k_hat.row(i);
-  }
-  m.w = m.Tinv * kbg;
+  ChunkRows rows = chunk_rows(cv);
+  Mat vb(L, V);
+  for (Index i = 0; i < L; ++i) vb.row(i) = cv.beta(i) * cv.v.row(i);
+  m.qg = std::move(rows.qg);
+  m.kg = std::move(rows.kg);
+  m.w = m.Tinv * rows.kbg;
   m.u = m.Tinv * vb;
   m.gamma = cv.gamma();
   return m;
@@ -209,16 +219,10 @@ std::vector<Index> segment_bounds(Index first, Index last, Index segments) {
 Mat reverse_chunk(GatedDeltaChunkedInputs const& in, GatedDeltaChunkedSaved const& s, Chunk const& c, Index j,
                   Mat const& d_o, Mat const& dh, Mat& y) {
   ChunkView const cv = view(in, s, c, j, true);
-  Index const K = in.K();
-  Mat kg(c.len, K), qg(c.len, K), kbg(c.len, K);
-  for (Index i = 0; i < c.len; ++i) {
-    kg.row(i) = cv.to_end(i) * cv.k_hat.row(i);
-    qg.row(i) = std::exp(cv.G(i)) * cv.q_hat.row(i);
-    kbg.row(i) = cv.beta(i) * std::exp(cv.G(i)) * cv.k_hat.row(i);
-  }
-  Mat const dv_new = intra_p(cv).transpose() * d_o + kg * dh;
+  ChunkRows const r = chunk_rows(cv);
+  Mat const dv_new = intra_p(cv).transpose() * d_o + r.kg * dh;
   y = cv.T.transpose() * dv_new;
-  return qg.transpose() * d_o + cv.gamma() * dh - kbg.transpose() * y;
+  return r.qg.transpose() * d_o + cv.gamma() * dh - r.kbg.transpose() * y;
 }
 
 }  // namespace

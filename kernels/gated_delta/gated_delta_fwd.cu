@@ -329,10 +329,7 @@ void launch_lean_chain(GatedDeltaFwdParams const& p, float const* rec, __nv_bflo
   config.stream = stream;
   config.attrs = beside_the_chain;
   config.numAttrs = 1;
-  float const* const h_in = h;
-  float const* const vn_in = vn_tiles;
-  int const* const done_in = done;
-  FUSEPACK_CUDA_CHECK(cudaLaunchKernelEx(&config, output, p, rec, h_in, vn_in, done_in));
+  FUSEPACK_CUDA_CHECK(cudaLaunchKernelEx(&config, output, p, rec, h, vn_tiles, done));
 }
 
 }  // namespace

@@ -226,7 +226,7 @@ __global__ void __launch_bounds__(kK * 2, 2)
                                  int const* done) {
   using Sm = OutputSmem<T, kK>;
   using Pol = SplitPolicy<T>;
-  constexpr int kWarps = kK / 16, kThreads = kWarps * 32, kStateTiles = kK / 8;
+  constexpr int kWarps = Sm::kWarps, kThreads = kWarps * 32, kStateTiles = kK / 8;
   constexpr int kPF = Pol::kOrder + 1, kPR = Pol::kRawParts;
   extern __shared__ __align__(16) unsigned char gd_smem[];
 
