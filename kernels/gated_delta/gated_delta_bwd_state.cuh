@@ -117,25 +117,28 @@ __global__ void __launch_bounds__(kSlabs * kKSplit * 32, 1)
     std::int64_t const t0 = bos + std::int64_t(c - c_first) * kChunk;
     int const L = static_cast<int>(eos - t0 < kChunk ? eos - t0 : kChunk);
     constexpr int kRowT = int(sizeof(T)) * K, kLdT = int(sizeof(T)) * St::kLdK;
-    copy_rows_async<kChunk, kRowT, kBThreads, kUnrolledCopies>(base + St::kKTile, kLdT, k + (t0 * Hk + khead) * K,
-                                                               sizeof(T) * Hk * K, L);
-    copy_rows_async<kChunk, kRowT, kBThreads, kUnrolledCopies>(base + St::kQTile, kLdT, q + (t0 * Hk + khead) * K,
-                                                               sizeof(T) * Hk * K, L);
-    copy_rows_async<kChunk, int(sizeof(T)) * kBV, kBThreads, kUnrolledCopies>(
-        base + St::kDoTile, int(sizeof(T)) * St::kLdV, dout + (t0 * Hv + j) * V + v0, sizeof(T) * Hv * V, L);
+    auto const copy = [&](int valid) {
+      copy_rows_async<kChunk, kRowT, kBThreads, kUnrolledCopies>(base + St::kKTile, kLdT, k + (t0 * Hk + khead) * K,
+                                                                 sizeof(T) * Hk * K, valid);
+      copy_rows_async<kChunk, kRowT, kBThreads, kUnrolledCopies>(base + St::kQTile, kLdT, q + (t0 * Hk + khead) * K,
+                                                                 sizeof(T) * Hk * K, valid);
+      copy_rows_async<kChunk, int(sizeof(T)) * kBV, kBThreads, kUnrolledCopies>(
+          base + St::kDoTile, int(sizeof(T)) * St::kLdV, dout + (t0 * Hv + j) * V + v0, sizeof(T) * Hv * V, valid);
 #pragma unroll
-    for (int part = 0; part < kPF; ++part) {
-      constexpr int kRowP = 2 * kChunk, kLdP = 2 * kLdSq;
-      copy_rows_async<kChunk, kRowP, kBThreads, kUnrolledCopies>(
-          base + St::kPPlanes + 2 * part * kPlane, kLdP,
-          P_planes + ((std::int64_t(c) * Hv + j) * kPF + part) * kChunk * kChunk, kRowP, kChunk);
-      copy_rows_async<kChunk, kRowP, kBThreads, kUnrolledCopies>(base + St::kAPlanes + 2 * part * kPlane, kLdP,
-                                                                 A_planes + ((t0 * Hv + j) * kPF + part) * kChunk,
-                                                                 2 * std::int64_t(Hv) * kPF * kChunk, L);
-    }
-    copy_rows_async<kChunk, 4 * kBwdRecord, kBThreads, kUnrolledCopies>(base + St::kRec, 4 * kBwdRecord,
-                                                                        rec + (t0 * Hv + j) * kBwdRecord,
-                                                                        4 * std::int64_t(Hv) * kBwdRecord, L);
+      for (int part = 0; part < kPF; ++part) {
+        constexpr int kRowP = 2 * kChunk, kLdP = 2 * kLdSq;
+        copy_rows_async<kChunk, kRowP, kBThreads, kUnrolledCopies>(
+            base + St::kPPlanes + 2 * part * kPlane, kLdP,
+            P_planes + ((std::int64_t(c) * Hv + j) * kPF + part) * kChunk * kChunk, kRowP, kChunk);
+        copy_rows_async<kChunk, kRowP, kBThreads, kUnrolledCopies>(base + St::kAPlanes + 2 * part * kPlane, kLdP,
+                                                                   A_planes + ((t0 * Hv + j) * kPF + part) * kChunk,
+                                                                   2 * std::int64_t(Hv) * kPF * kChunk, valid);
+      }
+      copy_rows_async<kChunk, 4 * kBwdRecord, kBThreads, kUnrolledCopies>(base + St::kRec, 4 * kBwdRecord,
+                                                                          rec + (t0 * Hv + j) * kBwdRecord,
+                                                                          4 * std::int64_t(Hv) * kBwdRecord, valid);
+    };
+    copy_whole_or_guarded<kChunk, kUnrolledCopies>(copy, L);
   };
 
   if (c_end > c_first) issue(c_end - 1, 0);

@@ -27,9 +27,9 @@ constexpr int kWyThreads = 256;    // WY-inverse kernel: 8 warps, four per value
 
 // Per (token, value head) the WY-inverse kernel writes one record of 8 fp32 that the recurrence reads whole:
 enum Record : int {
-  kRecG,      // G_i, the inclusive cumsum of g within the chunk
-  kRecBeta,   // β_i
   kRecA,      // e^{G_i} · rstd_k_i                 (X → Y: Y_i = β_i (v_i − kRecA · k_i·h))
+  kRecBeta,   // β_i (beside kRecA: y_from_x reads the pair as one 8-byte word)
+  kRecG,      // G_i, the inclusive cumsum of g within the chunk
   kRecC,      // scale · rstd_q_i · e^{G_i}          (o_i += kRecC · q_i·h)
   kRecD,      // rstd_k_i · e^{G_last − G_i}        (h_next += k_i ⊗ kRecD · v_new_i)
   kRecSq,     // scale · rstd_q_i
@@ -104,36 +104,67 @@ __device__ __forceinline__ void copy_chunk_inputs(GatedDeltaFwdParams const& p, 
   constexpr int kPF = SplitPolicy<T>::kOrder + 1, kRowT = int(sizeof(T)) * kK;
   int const Hk = p.Hk, Hv = p.Hv, V = p.V;
   std::int64_t const qk0 = (t0 * Hk + hk) * kK, qk_stride = sizeof(T) * std::int64_t(Hk) * kK;
-  copy_rows_async<kChunk, kRowT, kThreads, kUnrolled>(k_dst, ldk, static_cast<T const*>(p.k) + qk0, qk_stride, L);
-  if constexpr (kWithQ) {
-    copy_rows_async<kChunk, kRowT, kThreads, kUnrolled>(q_dst, ldk, static_cast<T const*>(p.q) + qk0, qk_stride, L);
-  }
   T const* const v = static_cast<T const*>(p.v);
-  copy_rows_async<kChunk, int(sizeof(T)) * kBV, kThreads, kUnrolled>(v_dst, ldv, v + (t0 * Hv + hv) * V + v0,
-                                                                     sizeof(T) * Hv * V, L);
+  auto const copy = [&](int valid) {
+    copy_rows_async<kChunk, kRowT, kThreads, kUnrolled>(k_dst, ldk, static_cast<T const*>(p.k) + qk0, qk_stride,
+                                                        valid);
+    if constexpr (kWithQ) {
+      copy_rows_async<kChunk, kRowT, kThreads, kUnrolled>(q_dst, ldk, static_cast<T const*>(p.q) + qk0, qk_stride,
+                                                          valid);
+    }
+    copy_rows_async<kChunk, int(sizeof(T)) * kBV, kThreads, kUnrolled>(v_dst, ldv, v + (t0 * Hv + hv) * V + v0,
+                                                                       sizeof(T) * Hv * V, valid);
 #pragma unroll
-  for (int part = 0; part < kPF; ++part) {
-    copy_rows_async<kChunk, 2 * kChunk, kThreads, kUnrolled>(planes_dst + 2 * part * kPlane, 2 * kLdSq,
-                                                             ainv_planes + ((t0 * Hv + hv) * kPF + part) * kChunk,
-                                                             2 * std::int64_t(Hv) * kPF * kChunk, L);
-  }
-  copy_rows_async<kChunk, 4 * kRecord, kThreads, kUnrolled>(rec_dst, 4 * kRecord, rec + (t0 * Hv + hv) * kRecord,
-                                                            4 * std::int64_t(Hv) * kRecord, L);
+    for (int part = 0; part < kPF; ++part) {
+      copy_rows_async<kChunk, 2 * kChunk, kThreads, kUnrolled>(planes_dst + 2 * part * kPlane, 2 * kLdSq,
+                                                               ainv_planes + ((t0 * Hv + hv) * kPF + part) * kChunk,
+                                                               2 * std::int64_t(Hv) * kPF * kChunk, valid);
+    }
+    copy_rows_async<kChunk, 4 * kRecord, kThreads, kUnrolled>(rec_dst, 4 * kRecord, rec + (t0 * Hv + hv) * kRecord,
+                                                              4 * std::int64_t(Hv) * kRecord, valid);
+  };
+  copy_whole_or_guarded<kChunk, kUnrolled>(copy, L);
 }
 
 // Y_i = β_i (v_i − e^{G_i} rstd_k_i X_i) in place of X ([16 columns, 64 tokens] accumulator tiles of the warp), from
-// the chunk's v tile (value columns from `col0`, rows ld apart) and its token records.
+// the chunk's v tile (value columns from `col0`, rows ld apart) and its token records, each token's e^{G} rstd_k and β
+// in one 8-byte read. 16-bit runs take v in the accumulator layout by transposed ldmatrix (of four 8 × 8 matrices,
+// matrix m holds tokens 8·(2j + m/2).. and value columns col0 + 8·(m%2).., so a lane's word is tokens 2t and 2t + 1
+// of its column g).
 template <typename T>
 __device__ __forceinline__ void y_from_x(float (&x)[8][4], T const* v_tile, int ld, int col0, float const* rec_tile,
                                          int lane) {
+  static_assert(kRecA == 0 && kRecBeta == 1, "e^{G} rstd_k and β are the record's first 8 bytes");
   int const g = lane >> 2, t = lane & 3;
+  auto const y = [&](float& xe, float v, float2 const& ab) { xe = ab.y * (v - ab.x * xe); };
+  auto const rec_ab = [&](int i) { return *reinterpret_cast<float2 const*>(rec_tile + i * kRecord); };
+  if constexpr (sizeof(T) == 2) {
+    int const m = lane >> 3, r = lane & 7;
 #pragma unroll
-  for (int nt = 0; nt < 8; ++nt) {
+    for (int j = 0; j < 4; ++j) {
+      std::uint32_t w[4];
+      ldmatrix_x4_trans(w, v_tile + (16 * j + 8 * (m >> 1) + r) * ld + col0 + 8 * (m & 1));
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      int const i = 8 * nt + 2 * t + (e & 1), col = col0 + g + 8 * (e >> 1);
-      float const* ri = rec_tile + i * kRecord;
-      x[nt][e] = ri[kRecBeta] * (to_float(v_tile[i * ld + col]) - ri[kRecA] * x[nt][e]);
+      for (int nb = 0; nb < 2; ++nb) {
+        int const nt = 2 * j + nb;
+        float2 const r0 = rec_ab(8 * nt + 2 * t), r1 = rec_ab(8 * nt + 2 * t + 1);
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {  // value columns g and g + 8
+          T pair[2];
+          memcpy(pair, &w[2 * nb + half], sizeof(pair));
+          y(x[nt][2 * half], to_float(pair[0]), r0);
+          y(x[nt][2 * half + 1], to_float(pair[1]), r1);
+        }
+      }
+    }
+  } else {
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        int const i = 8 * nt + 2 * t + (e & 1);
+        y(x[nt][e], v_tile[i * ld + col0 + g + 8 * (e >> 1)], rec_ab(i));
+      }
     }
   }
 }
@@ -460,15 +491,22 @@ __global__ void __launch_bounds__(kWyThreads) gated_delta_fwd_wy_inverse(GatedDe
       float const* G = G_all + h * kChunk;
       float const Gi = G[ts], GL = G[L - 1], rk = rstd_k[ts], sqi = sq[ts];
       float const eG = policy_exp<T>(Gi);
-      float4 const r0 = make_float4(Gi, beta_all[h * kChunk + ts], eG * rk, sqi * eG);
-      float4 const r1 = make_float4(rk * policy_exp<T>(GL - Gi), sqi, rk, policy_exp<T>(GL));
+      float r[kRecord];
+      r[kRecG] = Gi;
+      r[kRecBeta] = beta_all[h * kChunk + ts];
+      r[kRecA] = eG * rk;
+      r[kRecC] = sqi * eG;
+      r[kRecD] = rk * policy_exp<T>(GL - Gi);
+      r[kRecSq] = sqi;
+      r[kRecRk] = rk;
+      r[kRecDecay] = policy_exp<T>(GL);
       float4* dst = reinterpret_cast<float4*>(rec + ((start + ts) * Hv + hv_t) * kRecord);
-      dst[0] = r0;
-      dst[1] = r1;
+      dst[0] = make_float4(r[0], r[1], r[2], r[3]);
+      dst[1] = make_float4(r[4], r[5], r[6], r[7]);
       if (save_intra) {  // the same scales in the backward recurrence's record (GatedDeltaBwdRecord)
         float4* bdst = reinterpret_cast<float4*>(p.brec + ((start + ts) * Hv + hv_t) * kBwdRecord);
-        bdst[0] = make_float4(r0.w, r1.x, -r0.y * r0.z, r0.y);
-        bdst[1] = make_float4(r1.w, 0.0f, 0.0f, 0.0f);
+        bdst[0] = make_float4(r[kRecC], r[kRecD], -r[kRecBeta] * r[kRecA], r[kRecBeta]);
+        bdst[1] = make_float4(r[kRecDecay], 0.0f, 0.0f, 0.0f);
       }
     }
   }

@@ -87,6 +87,11 @@ __device__ __forceinline__ void copy_rows_async(void* dst, int ld, void const* s
     int const r0 = tid / kVecs, cv = tid % kVecs;
     auto const* from = static_cast<unsigned char const*>(src) + r0 * stride + 16 * cv;
     auto* to = static_cast<unsigned char*>(dst) + r0 * ld + 16 * cv;
+    if (valid >= kRows) {  // no guards: one address increment per copy (a caller passing kRows folds the branch)
+#pragma unroll
+      for (int u = 0; u < kIters; ++u) cp_async16(to + u * kRowStep * ld, from + u * kRowStep * stride, 16);
+      return;
+    }
 #pragma unroll
     for (int u = 0; u < kIters; ++u) {
       bool const in = r0 + u * kRowStep < valid;
@@ -99,6 +104,16 @@ __device__ __forceinline__ void copy_rows_async(void* dst, int ld, void const* s
       if (kTotal % kThreads != 0 && idx >= kTotal) break;
       copy(idx);
     }
+  }
+}
+// Runs copy(valid), a chunk's copy_rows_async calls, with valid as the constant kRows when every row is valid, so that
+// unrolled copies drop their per-vector guards there (the last chunk of an example keeps them).
+template <int kRows, bool kUnrolled, typename Copy>
+__device__ __forceinline__ void copy_whole_or_guarded(Copy const& copy, int valid) {
+  if (kUnrolled && valid == kRows) {
+    copy(kRows);
+  } else {
+    copy(valid);
   }
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
