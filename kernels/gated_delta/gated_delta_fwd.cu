@@ -288,7 +288,8 @@ void launch_recurrence(GatedDeltaFwdParams const& p, float const* rec, __nv_bflo
 // slabs share each chunk's k rows and Ainv planes, and two blocks fit a multiprocessor), and the output kernel over
 // every (chunk, value head) beside it: launched as the chain's programmatic dependent, its blocks start once every
 // chain block has, take the places the chain leaves free, and each waits for its chunk's state (one example of 8192
-// tokens at Hv = 32 runs 128 chain blocks, half of the H200's 264 places for them). Where the device does
+// tokens at Hv = 32 runs 128 chain blocks: the H200 puts them one per SM, each beside an output block, which slows the
+// chain's steps by a third and is still faster than the other placements measured; NOTES.md). Where the device does
 // not start a dependent early, the output kernel runs after the chain, with the same results.
 constexpr int kLeanSlabs = 2;
 
