@@ -79,6 +79,11 @@ void check_bwd_params(GatedDeltaBwdParams const& p) {
                            Named{p.dg, "dg"}, Named{p.dbeta, "dbeta"}}) {
       if (!t.ptr) fail(std::string(t.name) + " is null");
     }
+    // The kernels copy q, k, v and dout and store dv in 16-byte vectors.
+    for (Named const& t : {Named{p.q, "q"}, Named{p.k, "k"}, Named{p.v, "v"}, Named{p.dout, "dout"},
+                           Named{p.dv, "dv"}}) {
+      if (reinterpret_cast<std::uintptr_t>(t.ptr) % 16 != 0) fail(std::string(t.name) + " must be 16-byte aligned");
+    }
     auto const saved = [&](Named const& t) {
       if (!t.ptr) fail(std::string(t.name) + " is null: the backward reads what the forward saved (save = true)");
     };

@@ -35,13 +35,18 @@ struct StateSmem {
 };
 
 // The stages as StateSmem (k, q rows, the block's do columns, P and Ainv planes, records), then, with two warps per
-// slab, their exchange: fp32 [slabs][partial dv_new of warp 0, of warp 1, y of warp 0, of warp 1][16 × 64].
+// slab, their exchange: fp32 [slabs][partial dv_new of warp 0, of warp 1, y of warp 0, of warp 1][16 × 64], and the
+// chunk's y and dv by token rows ([64][block's columns + 16 bytes], tile_to_rows), which the block stores whole.
 template <typename T, int K, int kSlabs, int kKSplit>
 struct StateBlockSmem {
   using Stage = StateSmem<T, K, kSlabs>;  // the stages of kSlabs·16 value columns
   static constexpr int kTileFloats = 16 * kChunk;
+  static constexpr bool kRowStores = kKSplit == 2;
+  static constexpr int kLdY = Stage::kBV + 16 / int(sizeof(Handover<T>)), kLdDv = Stage::kBV + 16 / int(sizeof(T));
   static constexpr std::size_t kExchange = Stage::kBytes;
-  static constexpr std::size_t kBytes = kExchange + (kKSplit == 2 ? sizeof(float) * kSlabs * 4 * kTileFloats : 0);
+  static constexpr std::size_t kYRows = kExchange + (kKSplit == 2 ? sizeof(float) * kSlabs * 4 * kTileFloats : 0);
+  static constexpr std::size_t kDvRows = kYRows + (kRowStores ? sizeof(Handover<T>) * kChunk * kLdY : 0);
+  static constexpr std::size_t kBytes = kDvRows + (kRowStores ? sizeof(T) * kChunk * kLdDv : 0);
 };
 
 // A warp's [16, 64] accumulator tiles to / from the exchange, in register order (lane-contiguous).
@@ -105,6 +110,9 @@ __global__ void __launch_bounds__(kSlabs * kKSplit * 32, 1)
   float const* const x_other = exchange + (kh ^ 1) * Sm::kTileFloats;
   float* const y_mine = exchange + (2 + kh) * Sm::kTileFloats;
   float const* const y_other = exchange + (2 + (kh ^ 1)) * Sm::kTileFloats;
+  // (kRowStores: the chunk's y and dv by token rows; otherwise not allocated and never dereferenced)
+  auto* const y_rows = reinterpret_cast<Handover<T>*>(gd_state_smem + Sm::kYRows);
+  auto* const dv_rows = reinterpret_cast<T*>(gd_state_smem + Sm::kDvRows);
 
   // dhᵀ[v0 + wc + g + 8·(e>>1)][d0 + 8·nt + 2t + (e&1)] in dh[nt][e]; state tensors are [.., K, V].
   float dh[kStateTiles][4];
@@ -220,7 +228,8 @@ __global__ void __launch_bounds__(kSlabs * kKSplit * 32, 1)
       }
     }
 
-    // yᵀ = dv_newᵀ Ainv on the warp's token blocks (Ainv[r][i] = 0 for i > r); y and dv out.
+    // yᵀ = dv_newᵀ Ainv on the warp's token blocks (Ainv[r][i] = 0 for i > r); y and dv out (the lean chain: staged
+    // by token rows, stored whole by the block after the exchange's barrier).
     float y[8][4] = {};
 #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
@@ -246,8 +255,13 @@ __global__ void __launch_bounds__(kSlabs * kKSplit * 32, 1)
           float dv_t[4];
 #pragma unroll
           for (int e = 0; e < 4; ++e) dv_t[e] = rec_at(8 * nt + 2 * t + (e & 1), kBrBeta) * y[nt][e];
-          store_tile_pairs(y[nt], lane, y_out + o, stride, 8 * nt, L);
-          store_tile_pairs(dv_t, lane, dv + o, stride, 8 * nt, L);
+          if constexpr (Sm::kRowStores) {
+            tile_to_rows(y[nt], y_rows + wc, Sm::kLdY, 8 * nt, lane);
+            tile_to_rows(dv_t, dv_rows + wc, Sm::kLdDv, 8 * nt, lane);
+          } else {
+            store_tile_pairs(y[nt], lane, y_out + o, stride, 8 * nt, L);
+            store_tile_pairs(dv_t, lane, dv + o, stride, 8 * nt, L);
+          }
 #pragma unroll
           for (int e = 0; e < 4; ++e) y[nt][e] *= rec_at(8 * nt + 2 * t + (e & 1), kBrCy);
           if constexpr (kKSplit == 2) tile_to_smem(y[nt], y_mine, nt, lane);
@@ -255,7 +269,14 @@ __global__ void __launch_bounds__(kSlabs * kKSplit * 32, 1)
       }
     }
     if constexpr (kKSplit == 2) {
-      __syncthreads();
+      __syncthreads();  // every warp's y, dv rows are staged (the next writes follow the next chunk's first barrier)
+      if constexpr (Sm::kRowStores) {
+        std::int64_t const o = (t0 * Hv + j) * V + v0, stride = std::int64_t(Hv) * V;
+        store_stage_rows<kChunk, int(sizeof(Handover<T>)) * kBV, kBThreads>(
+            y_out + o, sizeof(Handover<T>) * stride, y_rows, int(sizeof(Handover<T>)) * Sm::kLdY, L);
+        store_stage_rows<kChunk, int(sizeof(T)) * kBV, kBThreads>(dv + o, sizeof(T) * stride, dv_rows,
+                                                                   int(sizeof(T)) * Sm::kLdDv, L);
+      }
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt) {
         if (!owns(nt / 2)) {

@@ -327,8 +327,8 @@ __global__ void __launch_bounds__(kK * 2, 2)
   }
   if (p.save) save_p_planes<T, kThreads>(planes, p.P, chunk_head, tid);
 
-  // o = Z + P v_new, out as pairs of adjacent value columns; v_new out in its hand-over type when saving.
-  std::int64_t const row0 = (t0 * Hv + hv) * V + 16 * warp;
+  // o = Z + P v_new; o, and v_new when saving, out by token rows: staged over the q tile and the warps' stages (both
+  // dead once every warp is past its Z products and its v_new loads), stored whole by the block.
 #pragma unroll
   for (int ks = 0; ks < 4; ++ks) {
     std::uint32_t a[kPF][4];
@@ -341,12 +341,23 @@ __global__ void __launch_bounds__(kK * 2, 2)
       mma_split<Pol::kOrder>(z[2 * np + 1], a, b1);
     }
   }
+  constexpr int kLdO = kK + 16 / int(sizeof(T)), kLdVn = kK + 4;
+  static_assert(kLdO <= Sm::kLdK && sizeof(float) * kChunk * kLdVn <= Sm::kBytes - Sm::kStage,
+                "o's rows fit over the q tile, v_new's over the stages");
+  T* const o_rows = q_tile;
+  float* const vn_rows = reinterpret_cast<float*>(gd_smem + Sm::kStage);
+  __syncthreads();  // every warp is past its reads of the q tile and its stage
 #pragma unroll
   for (int nt = 0; nt < 8; ++nt) {
-    store_tile_pairs(z[nt], lane, static_cast<T*>(p.o) + row0, std::int64_t(Hv) * V, 8 * nt, L);
-    if (p.save) {
-      store_tile_pairs(vn[nt], lane, p.v_new + row0, std::int64_t(Hv) * V, 8 * nt, L);
-    }
+    tile_to_rows(z[nt], o_rows + 16 * warp, kLdO, 8 * nt, lane);
+    if (p.save) tile_to_rows(vn[nt], vn_rows + 16 * warp, kLdVn, 8 * nt, lane);
+  }
+  __syncthreads();
+  std::int64_t const row0 = (t0 * Hv + hv) * V, stride = std::int64_t(Hv) * V;
+  store_stage_rows<kChunk, int(sizeof(T)) * kK, kThreads>(static_cast<T*>(p.o) + row0, sizeof(T) * stride, o_rows,
+                                                          int(sizeof(T)) * kLdO, L);
+  if (p.save) {
+    store_stage_rows<kChunk, 4 * kK, kThreads>(p.v_new + row0, 4 * stride, vn_rows, 4 * kLdVn, L);
   }
   if (blockIdx.x == gridDim.x - 1) grid_wait_prerequisites();  // this kernel ends after the chain
 }

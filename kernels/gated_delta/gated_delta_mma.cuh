@@ -506,6 +506,35 @@ __device__ __forceinline__ void store_tile_pairs(float const (&d)[4], int lane, 
   }
 }
 
+// Row staging: an accumulator tile (rows: 16 value columns, columns: 8 tokens from token0; lane g, t holds columns
+// g, g + 8 of tokens 2t, 2t + 1) written as E into a [token][value column] stage of `ld` elements, so that a block can
+// store whole token rows (store_stage_rows) once its warps have staged their tiles. With ld = columns + 16 bytes of
+// padding, the four t of a store land in different banks.
+template <typename E>
+__device__ __forceinline__ void tile_to_rows(float const (&d)[4], E* stage, int ld, int token0, int lane) {
+  int const g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int e = 0; e < 4; ++e) stage[(token0 + 2 * t + (e & 1)) * ld + g + 8 * (e >> 1)] = from_float<E>(d[e]);
+}
+// kRows rows of kRowBytes bytes from a stage (`ld` bytes apart) to global memory (`stride` bytes apart, 16-byte
+// aligned), the rows below `valid` only, in 16-byte vectors over the kThreads threads of the block: each thread on one
+// column of vectors, kThreads / (kRowBytes / 16) rows apart, so that a store costs an address increment.
+template <int kRows, int kRowBytes, int kThreads>
+__device__ __forceinline__ void store_stage_rows(void* dst, std::int64_t stride, void const* stage, int ld, int valid) {
+  constexpr int kVecs = kRowBytes / 16, kRowStep = kThreads / kVecs;
+  static_assert(kRowBytes % 16 == 0 && kThreads % kVecs == 0 && kRows % kRowStep == 0, "whole rows, whole passes");
+  int const r0 = static_cast<int>(threadIdx.x) / kVecs, cv = static_cast<int>(threadIdx.x) % kVecs;
+  auto* to = static_cast<unsigned char*>(dst) + r0 * stride + 16 * cv;
+  auto const* const from = static_cast<unsigned char const*>(stage) + r0 * ld + 16 * cv;
+  std::int64_t const step = kRowStep * stride;
+#pragma unroll
+  for (int u = 0; u < kRows / kRowStep; ++u, to += step) {
+    if (r0 + u * kRowStep < valid) {
+      *reinterpret_cast<uint4*>(to) = *reinterpret_cast<uint4 const*>(from + u * kRowStep * ld);
+    }
+  }
+}
+
 // A recurrence's state slab as accumulator tiles: the warp's 16 value columns (state columns of `off`, the slab's
 // first value column plus g = lane / 4, in [.., K, V] state tensors) over its key rows d0.., s[nt][e] holding
 // S[d0 + 8·nt + 2t + (e&1)][8·(e>>1)] relative to `off` (t = lane % 4). Loaded from `src` (zeros when null) and

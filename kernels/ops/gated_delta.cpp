@@ -280,8 +280,10 @@ struct GatedDeltaFunction : torch::autograd::Function<GatedDeltaFunction> {
     at::Tensor const &q = saved[0], &k = saved[1], &v = saved[2], &g = saved[3], &beta = saved[4],
                      &initial_state = saved[5], &cu_seqlens = saved[6], &chunks = saved[7];
     c10::cuda::CUDAGuard guard(q.device());
-    at::Tensor const dout = grads[0].defined() ? grads[0].to(q.scalar_type()).contiguous()
-                                               : at::zeros({q.size(0), v.size(1), v.size(2)}, q.options());
+    at::Tensor dout = grads[0].defined() ? grads[0].to(q.scalar_type()).contiguous()
+                                         : at::zeros({q.size(0), v.size(1), v.size(2)}, q.options());
+    // The kernels read dout in 16-byte vectors; a gradient that is a view at an odd offset is copied.
+    if (reinterpret_cast<std::uintptr_t>(dout.data_ptr()) % 16 != 0) dout = dout.clone();
     at::Tensor const dfinal_state =
         grads.size() > 1 && grads[1].defined() ? grads[1].to(at::kFloat).contiguous() : at::Tensor();
     at::Tensor dq = at::empty_like(q), dk = at::empty_like(k), dv = at::empty_like(v), dg = at::empty_like(g),

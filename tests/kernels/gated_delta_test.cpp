@@ -839,6 +839,32 @@ TEST(GatedDeltaChunkTables, ListExamplesLongestFirst) {
   EXPECT_EQ(view.example(9), 5);
   EXPECT_EQ(gated_delta_chunk_table({0}).data.size(), std::size_t(1));
 }
+
+// The backward's kernels read q, k, v and dout and store dv in 16-byte vectors: a pointer off that grid is refused by
+// name before anything runs (host check, no device). Planted: without the check these params reach the launch (and a
+// misaligned vector access on a device), and the expected refusal never comes.
+TEST(GatedDeltaBackwardParams, RefusesTensorsOffTheVectorGrid) {
+  alignas(16) static unsigned char memory[64];
+  void* const aligned = memory;
+  GatedDeltaBwdParams p;
+  p.K = p.V = 128;
+  p.Hk = p.Hv = 1;
+  p.T = p.N = p.NC = 1;
+  p.chunks = reinterpret_cast<std::int32_t const*>(memory);
+  p.q = p.k = p.v = p.dout = aligned;
+  p.g = reinterpret_cast<float const*>(memory);
+  p.beta = aligned;
+  p.dq = p.dk = p.dv = p.dbeta = aligned;
+  p.dg = reinterpret_cast<float*>(memory);
+  GatedDeltaBwdParams off = p;
+  off.dv = memory + 2;
+  FUSEPACK_EXPECT_INVALID_ARGUMENT(run_gated_delta_bwd(off, nullptr), "dv must be 16-byte aligned");
+  off = p;
+  off.dout = memory + 8;
+  FUSEPACK_EXPECT_INVALID_ARGUMENT(run_gated_delta_bwd(off, nullptr), "dout must be 16-byte aligned");
+  // Aligned, the check moves on (to the saved tensors this params lacks).
+  FUSEPACK_EXPECT_INVALID_ARGUMENT(run_gated_delta_bwd(p, nullptr), "q_rstd is null");
+}
 #endif
 
 // fp64 q may bring g and the state in fp64 (the state is then fp64 throughout) or in fp32.
