@@ -23,6 +23,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <functional>
 #include <ostream>
@@ -450,6 +451,30 @@ TEST(GatedDeltaFused, BackwardIsBitwiseDeterministic) {
       EXPECT_TRUE(at::equal(a.dinitial_state, b.dinitial_state));
     }
   }
+}
+
+// A gradient of o that arrives at an odd offset (a view 2 bytes past a 16-byte boundary, as a narrow of a larger
+// buffer gives) is copied before the kernels read it in 16-byte vectors: the gradients equal those from the same values
+// aligned. Planted: without the copy the backward refuses it ("dout must be 16-byte aligned") and this fails.
+TEST(GatedDeltaFused, TakesAGradientAtAnOddOffset) {
+  FUSEPACK_SKIP_WITHOUT_CUDA();
+  GatedDeltaCase const c{"odd_dout", {70, 1, 130}, 2, 4, 128, 128, true, true, true};
+  auto rng = test_rng();
+  DeviceInputs d = to_device(draw(c, Dtype::kBF16, rng), Dtype::kBF16, at::Device(at::kCUDA));
+  GatedDeltaRun const aligned = run(Backend::kFused, d, true);
+  at::Tensor const buffer = at::empty({d.dout.numel() + 1}, d.dout.options());
+  at::Tensor const odd = buffer.narrow(0, 1, d.dout.numel()).view(d.dout.sizes());
+  odd.copy_(d.dout);
+  ASSERT_NE(reinterpret_cast<std::uintptr_t>(odd.data_ptr()) % 16, 0u);
+  d.dout = odd;
+  GatedDeltaRun const off = run(Backend::kFused, d, true);
+  EXPECT_TRUE(at::equal(aligned.o, off.o));
+  EXPECT_TRUE(at::equal(aligned.dq, off.dq));
+  EXPECT_TRUE(at::equal(aligned.dk, off.dk));
+  EXPECT_TRUE(at::equal(aligned.dv, off.dv));
+  EXPECT_TRUE(at::equal(aligned.dg, off.dg));
+  EXPECT_TRUE(at::equal(aligned.dbeta, off.dbeta));
+  EXPECT_TRUE(at::equal(aligned.dinitial_state, off.dinitial_state));
 }
 
 // The device chunk table is remembered per cu_seqlens tensor to spare a copy per layer; an in-place write to
