@@ -47,38 +47,33 @@ __device__ __forceinline__ Vec16<T> zero16() {
 
 // P[i][j] = scale rstd_q_i rstd_k_j (q_i · k_j) e^{G_i − G_j} for j <= i < L, else 0, into the kOrder + 1 bf16
 // planes [parts][64][kLdSq] at `planes`, from the chunk's q and k tiles ([64][ld] of T in shared memory) and its
-// token records: 32 tiles of 16×8 shared among the block's kWarps warps (every warp must call).
+// token records: 32 tiles of 16×8, shared among the block's kWarps warps (every warp must call). The 20 tiles on or
+// below the diagonal blocks (column tile nt <= 2·mt + 1 of row block mt) take the products, dealt round-robin from
+// the first warp; the 12 above them are zeros, dealt from the last warp, so that no warp forms more than
+// ceil(20 / kWarps) tiles (a warp's tiles by row block would give the last warps all the full rows: 4 of 8 tiles'
+// products at 8 warps, 8 at 4, and the block waits for its slowest warp).
 template <typename T, int kK, int kWarps>
 __device__ __forceinline__ void build_p_planes(T const* q_tile, T const* k_tile, int ld, float const* rec_tile,
                                                __nv_bfloat16* planes, int L, int warp, int lane) {
   using Pol = SplitPolicy<T>;
   constexpr int kPF = Pol::kOrder + 1, kPR = Pol::kRawParts;
-  constexpr int kTilesPerWarp = 32 / kWarps;
+  constexpr int kLower = 20, kUpper = 12;
   static_assert(32 % kWarps == 0, "the 32 tiles split evenly among the warps");
   int const g = lane >> 2, t = lane & 3;
+  // One tile out: rows g and g + 8 of row block mt, columns 2t, 2t + 1 of column tile nt (acc zero: a zero tile).
+  auto const store = [&](int mt, int nt, float const (&acc)[4], bool scaled) {
 #pragma unroll
-  for (int u = 0; u < kTilesPerWarp; ++u) {
-    int const tile = warp * kTilesPerWarp + u, mt = tile >> 3, nt = tile & 7;
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    if (8 * nt < 16 * mt + 16 && 8 * nt < L) {
-#pragma unroll
-      for (int ks = 0; ks < kK / 16; ++ks) {
-        std::uint32_t a[kPR][4], b[kPR][2];
-        load_a_rows<T, kPR>(q_tile, ld, 16 * mt, 16 * ks, lane, a);
-        load_b_cols<T, kPR>(k_tile, ld, 8 * nt, 16 * ks, lane, b);
-        mma_split<Pol::kOrder>(acc, a, b);
-      }
-    }
-#pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {  // rows g and g + 8 of the tile, columns 2t, 2t + 1
+    for (int hr = 0; hr < 2; ++hr) {
       int const i = 16 * mt + g + 8 * hr, j = 8 * nt + 2 * t;
       float val[2] = {0.0f, 0.0f};
+      if (scaled) {
 #pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        if (j + c <= i && i < L) {
-          float const* ri = rec_tile + i * kRecord;
-          float const* rj = rec_tile + (j + c) * kRecord;
-          val[c] = ri[kRecSq] * rj[kRecRk] * acc[2 * hr + c] * policy_exp<T>(ri[kRecG] - rj[kRecG]);
+        for (int c = 0; c < 2; ++c) {
+          if (j + c <= i && i < L) {
+            float const* ri = rec_tile + i * kRecord;
+            float const* rj = rec_tile + (j + c) * kRecord;
+            val[c] = ri[kRecSq] * rj[kRecRk] * acc[2 * hr + c] * policy_exp<T>(ri[kRecG] - rj[kRecG]);
+          }
         }
       }
       std::uint32_t w[kPF];
@@ -87,6 +82,33 @@ __device__ __forceinline__ void build_p_planes(T const* q_tile, T const* k_tile,
       for (int part = 0; part < kPF; ++part) {
         *reinterpret_cast<std::uint32_t*>(planes + part * kPlane + i * kLdSq + j) = w[part];
       }
+    }
+  };
+#pragma unroll
+  for (int u = 0; u < (kLower + kWarps - 1) / kWarps; ++u) {
+    int const v = warp + kWarps * u;  // lower tile v: row block mt, column tile nt <= 2·mt + 1
+    if (kLower % kWarps == 0 || v < kLower) {
+      int const mt = v < 2 ? 0 : v < 6 ? 1 : v < 12 ? 2 : 3, nt = v - mt * (mt + 1);
+      float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      if (8 * nt < L) {
+#pragma unroll
+        for (int ks = 0; ks < kK / 16; ++ks) {
+          std::uint32_t a[kPR][4], b[kPR][2];
+          load_a_rows<T, kPR>(q_tile, ld, 16 * mt, 16 * ks, lane, a);
+          load_b_cols<T, kPR>(k_tile, ld, 8 * nt, 16 * ks, lane, b);
+          mma_split<Pol::kOrder>(acc, a, b);
+        }
+      }
+      store(mt, nt, acc, true);
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < (kUpper + kWarps - 1) / kWarps; ++u) {
+    int const z = kWarps - 1 - warp + kWarps * u;  // upper tile z: column tile nt > 2·mt + 1
+    if (kUpper % kWarps == 0 || z < kUpper) {
+      int const mt = z < 6 ? 0 : z < 10 ? 1 : 2, nt = mt == 0 ? 2 + z : mt == 1 ? z - 2 : z - 4;
+      float const zero[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      store(mt, nt, zero, false);
     }
   }
 }
