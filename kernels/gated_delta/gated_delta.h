@@ -172,6 +172,8 @@ inline std::vector<std::int64_t> gated_delta_chunks_longest_first(GatedDeltaChun
 
 // The forward writes o (and final_state, and the saved tensors when p.save); `workspace` holds
 // gated_delta_fwd_workspace_bytes(p) bytes. The backward reads the tensors the forward saved (same p fields).
+// The kernels move q, k, v, o, v_new (and the backward's dout, dv) in 16-byte vectors: both refuse, by name, a pointer
+// that is not 16-byte aligned.
 void run_gated_delta_fwd(GatedDeltaFwdParams const& p, void* workspace, cudaStream_t stream);
 void run_gated_delta_bwd(GatedDeltaBwdParams const& p, cudaStream_t stream);
 
