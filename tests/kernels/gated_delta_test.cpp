@@ -431,6 +431,18 @@ TEST(GatedDeltaFused, ZeroTokensPassTheStateThrough) {
   EXPECT_TRUE(at::equal(r.dinitial_state, d.dfinal_state));
 }
 
+// Every output and gradient of two runs, bit for bit.
+void expect_bitwise_equal(GatedDeltaRun const& a, GatedDeltaRun const& b) {
+  EXPECT_TRUE(at::equal(a.o, b.o));
+  EXPECT_TRUE(at::equal(a.final_state, b.final_state));
+  EXPECT_TRUE(at::equal(a.dq, b.dq));
+  EXPECT_TRUE(at::equal(a.dk, b.dk));
+  EXPECT_TRUE(at::equal(a.dv, b.dv));
+  EXPECT_TRUE(at::equal(a.dg, b.dg));
+  EXPECT_TRUE(at::equal(a.dbeta, b.dbeta));
+  EXPECT_TRUE(at::equal(a.dinitial_state, b.dinitial_state));
+}
+
 TEST(GatedDeltaFused, BackwardIsBitwiseDeterministic) {
   FUSEPACK_SKIP_WITHOUT_CUDA();
   GatedDeltaCase const c{"determinism", {1, 17, 300, 1024, 64}, 16, 32, 128, 128, true, true, true};
@@ -440,15 +452,7 @@ TEST(GatedDeltaFused, BackwardIsBitwiseDeterministic) {
     // Under each forced schedule: two different forward pipelines, and the backward runs on what each one saved.
     for (GatedDeltaSchedule schedule : {GatedDeltaSchedule::kFullChain, GatedDeltaSchedule::kLeanChain}) {
       SCOPED_TRACE(std::string(dtype_name(dtype)) + ", " + gated_delta_schedule_name(schedule));
-      GatedDeltaRun const a = run(Backend::kFused, d, true, schedule), b = run(Backend::kFused, d, true, schedule);
-      EXPECT_TRUE(at::equal(a.o, b.o));
-      EXPECT_TRUE(at::equal(a.final_state, b.final_state));
-      EXPECT_TRUE(at::equal(a.dq, b.dq));
-      EXPECT_TRUE(at::equal(a.dk, b.dk));
-      EXPECT_TRUE(at::equal(a.dv, b.dv));
-      EXPECT_TRUE(at::equal(a.dg, b.dg));
-      EXPECT_TRUE(at::equal(a.dbeta, b.dbeta));
-      EXPECT_TRUE(at::equal(a.dinitial_state, b.dinitial_state));
+      expect_bitwise_equal(run(Backend::kFused, d, true, schedule), run(Backend::kFused, d, true, schedule));
     }
   }
 }
@@ -467,14 +471,7 @@ TEST(GatedDeltaFused, TakesAGradientAtAnOddOffset) {
   odd.copy_(d.dout);
   ASSERT_NE(reinterpret_cast<std::uintptr_t>(odd.data_ptr()) % 16, 0u);
   d.dout = odd;
-  GatedDeltaRun const off = run(Backend::kFused, d, true);
-  EXPECT_TRUE(at::equal(aligned.o, off.o));
-  EXPECT_TRUE(at::equal(aligned.dq, off.dq));
-  EXPECT_TRUE(at::equal(aligned.dk, off.dk));
-  EXPECT_TRUE(at::equal(aligned.dv, off.dv));
-  EXPECT_TRUE(at::equal(aligned.dg, off.dg));
-  EXPECT_TRUE(at::equal(aligned.dbeta, off.dbeta));
-  EXPECT_TRUE(at::equal(aligned.dinitial_state, off.dinitial_state));
+  expect_bitwise_equal(aligned, run(Backend::kFused, d, true));
 }
 
 // The device chunk table is remembered per cu_seqlens tensor to spare a copy per layer; an in-place write to
