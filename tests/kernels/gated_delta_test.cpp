@@ -880,7 +880,8 @@ TEST(GatedDeltaBackwardParams, RefusesTensorsOffTheVectorGrid) {
   p.dg = reinterpret_cast<float*>(memory);
   GatedDeltaBwdParams off = p;
   off.dv = memory + 2;
-  FUSEPACK_EXPECT_INVALID_ARGUMENT(run_gated_delta_bwd(off, nullptr), "dv must be 16-byte aligned");
+  FUSEPACK_EXPECT_INVALID_ARGUMENT(run_gated_delta_bwd(off, nullptr),
+                                   "dv must be 16-byte aligned; got an address 2 bytes past a 16-byte boundary");
   off = p;
   off.dout = memory + 8;
   FUSEPACK_EXPECT_INVALID_ARGUMENT(run_gated_delta_bwd(off, nullptr), "dout must be 16-byte aligned");
