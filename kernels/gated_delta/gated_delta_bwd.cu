@@ -111,8 +111,6 @@ void allow_smem(Kernel kernel, std::size_t bytes) {  // per call: the attribute 
   }
 }
 
-// An H100/H200 block may have 227 KB of shared memory; the recurrence and the per-chunk kernel run one block per SM.
-constexpr std::size_t kMaxBlockSmem = 227 * 1024;
 // The largest blocks (the 8-warp recurrence, the per-chunk kernels of fp32 and fp16 runs) fit at every head size.
 template <int... kDims>
 constexpr bool smem_fits(IntList<kDims...>) {

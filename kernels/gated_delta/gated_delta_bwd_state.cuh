@@ -36,17 +36,21 @@ struct StateSmem {
 
 // The stages as StateSmem (k, q rows, the block's do columns, P and Ainv planes, records), then, with two warps per
 // slab, their exchange: fp32 [slabs][partial dv_new of warp 0, of warp 1, y of warp 0, of warp 1][16 × 64], and the
-// chunk's y and dv by token rows ([64][block's columns + 16 bytes], tile_to_rows), which the block stores whole.
+// chunk's y and dv by token rows ([64][block's columns + 16 bytes], tile_to_rows), which the block stores whole,
+// wherever they fit a block (every block but the full chain's 8-slab block of fp16 runs, whose y is fp32: that one
+// stores each tile from its registers, store_tile_pairs).
 template <typename T, int K, int kSlabs, int kKSplit>
 struct StateBlockSmem {
   using Stage = StateSmem<T, K, kSlabs>;  // the stages of kSlabs·16 value columns
   static constexpr int kTileFloats = 16 * kChunk;
-  static constexpr bool kRowStores = kKSplit == 2;
   static constexpr int kLdY = Stage::kBV + 16 / int(sizeof(Handover<T>)), kLdDv = Stage::kBV + 16 / int(sizeof(T));
   static constexpr std::size_t kExchange = Stage::kBytes;
   static constexpr std::size_t kYRows = kExchange + (kKSplit == 2 ? sizeof(float) * kSlabs * 4 * kTileFloats : 0);
+  static constexpr std::size_t kRowBytes = sizeof(Handover<T>) * kChunk * kLdY + sizeof(T) * kChunk * kLdDv;
+  static constexpr bool kRowStores = kYRows + kRowBytes <= kMaxBlockSmem;
   static constexpr std::size_t kDvRows = kYRows + (kRowStores ? sizeof(Handover<T>) * kChunk * kLdY : 0);
   static constexpr std::size_t kBytes = kDvRows + (kRowStores ? sizeof(T) * kChunk * kLdDv : 0);
+  static_assert(kRowStores || kKSplit == 1, "the lean chain's blocks stage their rows");
 };
 
 // A warp's [16, 64] accumulator tiles to / from the exchange, in register order (lane-contiguous).
@@ -228,8 +232,8 @@ __global__ void __launch_bounds__(kSlabs * kKSplit * 32, 1)
       }
     }
 
-    // yᵀ = dv_newᵀ Ainv on the warp's token blocks (Ainv[r][i] = 0 for i > r); y and dv out (the lean chain: staged
-    // by token rows, stored whole by the block after the exchange's barrier).
+    // yᵀ = dv_newᵀ Ainv on the warp's token blocks (Ainv[r][i] = 0 for i > r); y and dv out (staged by token rows
+    // and stored whole by the block after a barrier, where they fit; StateBlockSmem).
     float y[8][4] = {};
 #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
@@ -268,15 +272,16 @@ __global__ void __launch_bounds__(kSlabs * kKSplit * 32, 1)
         }
       }
     }
+    if constexpr (Sm::kRowStores) {
+      __syncthreads();  // every warp's y, dv rows are staged, and its y exchanged (the next writes of either follow
+                        // the next chunk's first barrier)
+      std::int64_t const o = (t0 * Hv + j) * V + v0, stride = std::int64_t(Hv) * V;
+      store_stage_rows<kChunk, int(sizeof(Handover<T>)) * kBV, kBThreads>(
+          y_out + o, sizeof(Handover<T>) * stride, y_rows, int(sizeof(Handover<T>)) * Sm::kLdY, L);
+      store_stage_rows<kChunk, int(sizeof(T)) * kBV, kBThreads>(dv + o, sizeof(T) * stride, dv_rows,
+                                                                 int(sizeof(T)) * Sm::kLdDv, L);
+    }
     if constexpr (kKSplit == 2) {
-      __syncthreads();  // every warp's y, dv rows are staged (the next writes follow the next chunk's first barrier)
-      if constexpr (Sm::kRowStores) {
-        std::int64_t const o = (t0 * Hv + j) * V + v0, stride = std::int64_t(Hv) * V;
-        store_stage_rows<kChunk, int(sizeof(Handover<T>)) * kBV, kBThreads>(
-            y_out + o, sizeof(Handover<T>) * stride, y_rows, int(sizeof(Handover<T>)) * Sm::kLdY, L);
-        store_stage_rows<kChunk, int(sizeof(T)) * kBV, kBThreads>(dv + o, sizeof(T) * stride, dv_rows,
-                                                                   int(sizeof(T)) * Sm::kLdDv, L);
-      }
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt) {
         if (!owns(nt / 2)) {
