@@ -17,6 +17,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace fusepack {
@@ -173,8 +174,17 @@ inline std::vector<std::int64_t> gated_delta_chunks_longest_first(GatedDeltaChun
 // The forward writes o (and final_state, and the saved tensors when p.save); `workspace` holds
 // gated_delta_fwd_workspace_bytes(p) bytes. The backward reads the tensors the forward saved (same p fields).
 // The kernels move q, k, v, o, v_new (and the backward's dout, dv) in 16-byte vectors: both refuse, by name, a pointer
-// that is not 16-byte aligned.
+// that is not 16-byte aligned (gated_delta_misaligned).
 void run_gated_delta_fwd(GatedDeltaFwdParams const& p, void* workspace, cudaStream_t stream);
 void run_gated_delta_bwd(GatedDeltaBwdParams const& p, cudaStream_t stream);
+
+// Both passes' refusal of a pointer their kernels move in 16-byte vectors: empty when `ptr` is 16-byte aligned,
+// otherwise what is wrong and by how many bytes.
+inline std::string gated_delta_misaligned(void const* ptr, char const* name) {
+  std::uintptr_t const off = reinterpret_cast<std::uintptr_t>(ptr) % 16;
+  if (off == 0) return {};
+  return std::string(name) + " must be 16-byte aligned; got an address " + std::to_string(off) +
+         " bytes past a 16-byte boundary";
+}
 
 }  // namespace fusepack

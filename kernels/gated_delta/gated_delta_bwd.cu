@@ -82,10 +82,7 @@ void check_bwd_params(GatedDeltaBwdParams const& p) {
     // The kernels copy q, k, v and dout and store dv in 16-byte vectors.
     for (Named const& t : {Named{p.q, "q"}, Named{p.k, "k"}, Named{p.v, "v"}, Named{p.dout, "dout"},
                            Named{p.dv, "dv"}}) {
-      if (std::uintptr_t const off = reinterpret_cast<std::uintptr_t>(t.ptr) % 16; off != 0) {
-        fail(std::string(t.name) + " must be 16-byte aligned; got an address " + std::to_string(off) +
-             " bytes past a 16-byte boundary");
-      }
+      if (std::string const why = gated_delta_misaligned(t.ptr, t.name); !why.empty()) fail(why);
     }
     auto const saved = [&](Named const& t) {
       if (!t.ptr) fail(std::string(t.name) + " is null: the backward reads what the forward saved (save = true)");

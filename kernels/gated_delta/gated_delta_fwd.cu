@@ -119,14 +119,12 @@ std::size_t done_bytes(GatedDeltaFwdParams const& p) {
   return align256(sizeof(int) * static_cast<std::size_t>(p.N) * gated_delta_lean_blocks_per_example(p.Hv, p.V));
 }
 
-bool aligned16(void const* ptr) { return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0; }
-
 void check_pointers(GatedDeltaFwdParams const& p, void const* workspace) {
   auto require = [](void const* ptr, char const* name) {
     if (ptr == nullptr) fail(std::string(name) + " is null");
   };
   auto require16 = [](void const* ptr, char const* name) {
-    if (!aligned16(ptr)) fail(std::string(name) + " must be 16-byte aligned (the kernels copy 16-byte vectors)");
+    if (std::string const why = gated_delta_misaligned(ptr, name); !why.empty()) fail(why);
   };
   if (p.N > 0) {
     require(p.cu_seqlens, "cu_seqlens");
