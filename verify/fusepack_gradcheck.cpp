@@ -10,7 +10,9 @@
 // only when all pass; 1 when a check fails; 2 for bad arguments.
 // --fused-only runs the fused forward and backward and nothing else (no composite, no reference, no check): the
 // run for compute-sanitizer's initcheck, which instruments every kernel and would otherwise also judge the ATen and
-// cuBLAS kernels of the composite baseline.
+// cuBLAS kernels of the composite baseline. With --digest it also prints a digest of every fused output's and
+// gradient's bytes: the same digests from two builds mean bit-for-bit equal results (a refactor that must not change
+// any rounding is checked this way).
 #include "kernels/ops/attention.h"
 #include "kernels/ops/conv1d.h"
 #include "kernels/ops/gated_delta.h"
@@ -36,6 +38,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <functional>
 #include <random>
@@ -57,7 +60,7 @@ struct Options {
   std::vector<int> seqlens{1, 17, 300};
   std::vector<int> heads{4};  // gated_delta: Hk,Hv (one value: Hk = Hv)
   int kv_heads = 2, dim = 128, width = 4, rotary_dim = -1;
-  bool silu = true, gate = true, l2norm = true, state = true, fused_only = false;
+  bool silu = true, gate = true, l2norm = true, state = true, fused_only = false, digest = false;
   std::string schedule = "by-shape";  // gated_delta: by-shape | full | lean (gated_delta_schedule.h)
   double eps = 1e-6, theta = 1e7;
   std::uint64_t seed = 20261129;
@@ -335,7 +338,31 @@ Dtype tensor_dtype(OpSpec const& s, Dtype dtype, std::string const& name) {
   return dtype == Dtype::kF64 ? Dtype::kF64 : Dtype::kF32;
 }
 
-// The inputs drawn as for a check (not rounded: nothing is compared), the fused op forward and backward.
+// A tensor's bytes as a 64-bit FNV-1a digest, with its dtype and shape: equal digests of two builds' runs mean the
+// same bits (a different digest, some bit differs; the tensors' checks say by how much).
+void print_digest(std::string const& name, at::Tensor const& t) {
+  if (!t.defined()) {
+    std::printf("  %s: undefined\n", name.c_str());
+    return;
+  }
+  at::Tensor const host = t.detach().contiguous().to(at::kCPU);
+  auto const* bytes = static_cast<unsigned char const*>(host.data_ptr());
+  std::uint64_t h = 14695981039346656037ull;
+  for (std::size_t i = 0, n = host.numel() * host.element_size(); i < n; ++i) h = (h ^ bytes[i]) * 1099511628211ull;
+  std::string shape;
+  for (std::int64_t d : host.sizes()) shape += (shape.empty() ? "" : ", ") + std::to_string(d);
+  at::ScalarType const type = host.scalar_type();
+  char const* const type_name = type == at::kBFloat16 ? "bf16"
+                                : type == at::kHalf   ? "fp16"
+                                : type == at::kFloat  ? "fp32"
+                                : type == at::kDouble ? "fp64"
+                                                      : c10::toString(type);
+  std::printf("  %s %s [%s]: digest %016llx\n", name.c_str(), type_name, shape.c_str(),
+              static_cast<unsigned long long>(h));
+}
+
+// The inputs drawn as for a check (not rounded: nothing is compared), the fused op forward and backward; with
+// --digest, every output's and gradient's digest.
 int run_fused_only(Options const& o, OpSpec const& s, Dtype dtype, at::Device device, std::mt19937_64& rng) {
   if (ops::parse_backend(o.backend) != ops::Backend::kFused) {
     throw std::invalid_argument("--fused-only runs the fused backend; got --backend " + o.backend);
@@ -355,6 +382,10 @@ int run_fused_only(Options const& o, OpSpec const& s, Dtype dtype, at::Device de
   std::printf("fusepack-gradcheck %s: fused only on %s, %s: %zu outputs and %zu gradients computed, none checked "
               "(run without --fused-only to check them)\n",
               o.op.c_str(), device.str().c_str(), dtype_name(dtype), outs.size(), grads.size());
+  if (o.digest) {
+    for (size_t i = 0; i < outs.size(); ++i) print_digest(s.out_names[i], outs[i]);
+    for (size_t i = 0; i < grads.size(); ++i) print_digest("d" + s.names[i], grads[i]);
+  }
   return 0;
 }
 
@@ -488,8 +519,13 @@ int main(int argc, char** argv) {
   app.add_option("--dim", o.dim, "channels, head dim or hidden size (gated_delta: K = V)")->capture_default_str();
   app.add_option("--width", o.width, "conv1d width")->capture_default_str();
   app.add_option("--rotary-dim", o.rotary_dim, "rope: rotated channels (default: all)");
-  app.add_flag("--fused-only", o.fused_only,
-               "run the fused forward and backward only, check nothing (for compute-sanitizer's initcheck)");
+  CLI::Option* const fused_only = app.add_flag(
+      "--fused-only", o.fused_only,
+      "run the fused forward and backward only, check nothing (for compute-sanitizer's initcheck)");
+  app.add_flag("--digest", o.digest,
+               "with --fused-only: print a digest of every output's and gradient's bytes, so that two builds can be "
+               "compared bit for bit")
+      ->needs(fused_only);
   app.add_flag("!--no-silu", o.silu, "conv1d without the fused SiLU");
   app.add_flag("!--no-gate", o.gate, "attention without the output gate");
   app.add_flag("!--no-l2norm", o.l2norm, "gated_delta without the q/k l2 norm");

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <string>
 
 #ifndef FUSEPACK_GRADCHECK_BINARY
@@ -75,6 +76,31 @@ TEST(FusepackGradcheck, NegativeSizesNameTheOption) {
 TEST(FusepackGradcheck, FusedOnlyRefusesTheCompositeBackend) {
   // --fused-only checks nothing: it must not turn a composite check into a silent exit 0.
   expect_usage_error("rmsnorm --fused-only" + kCpu, "--fused-only runs the fused backend; got --backend composite");
+}
+
+TEST(FusepackGradcheck, DigestNeedsFusedOnly) {
+  // --digest prints the fused run's bits; without --fused-only it would be dropped silently from a check.
+  BinaryResult const r = run_gradcheck("rmsnorm --digest" + kCpu);
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("--digest requires --fused-only"), std::string::npos) << r.out;
+}
+
+TEST(FusepackGradcheck, DigestsAreEqualForEqualRunsAndDifferForOthers) {
+  std::string const args = "gated_delta --seqlens 5,70 --heads 1,2 --dim 64 --fused-only --digest";
+  BinaryResult const a = run_gradcheck(args), b = run_gradcheck(args), c = run_gradcheck(args + " --seed 7");
+  if (a.exit_code == 2 && a.out.find("the fused kernels need one") != std::string::npos) GTEST_SKIP() << a.out;
+  ASSERT_EQ(a.exit_code, 0) << a.out;
+  ASSERT_EQ(c.exit_code, 0) << c.out;
+  // o, final_state and the six gradients: eight digests
+  std::size_t digests = 0;
+  for (std::size_t at = a.out.find(": digest "); at != std::string::npos; at = a.out.find(": digest ", at + 1)) {
+    ++digests;
+  }
+  EXPECT_EQ(digests, 8u) << a.out;
+  EXPECT_NE(a.out.find("  o bf16 [75, 2, 64]: digest "), std::string::npos) << a.out;
+  EXPECT_NE(a.out.find("  dinitial_state fp32 [2, 2, 64, 64]: digest "), std::string::npos) << a.out;
+  EXPECT_EQ(a.out, b.out);  // the fused backward is bitwise deterministic
+  EXPECT_NE(a.out, c.out);
 }
 
 TEST(FusepackGradcheck, RefusesANegativeSeedInsteadOfWrappingIt) {
