@@ -250,7 +250,6 @@ __device__ __forceinline__ void save_p_planes(__nv_bfloat16 const* planes, std::
 // ---------------------------------------------------------------------------------------------------------------
 // Kernel 1, one block per (chunk, key head, pair of that key head's value heads): 8 warps, 4 per value head.
 
-constexpr int kWyTiles = 20;        // m16n8 tiles of Ŝ on and below the diagonal 16×16 blocks: 2 + 4 + 6 + 8
 constexpr int kLdInv = kChunk + 4;  // row stride of the inversion's fp32 squares: the transposed stores of A from
                                     // accumulator tiles (rows 2t apart, columns g) land on 32 distinct banks
 
@@ -360,18 +359,43 @@ __device__ __forceinline__ void wy_block_row(float* square, bool active, int hw,
   __syncthreads();
 }
 
+// The Ŝ tile pairs (row block mb, column tiles 2np and 2np + 1, np <= mb: 10 pairs, the 20 tiles on and below the
+// diagonal 16×16 blocks) of the WY kernel's warp w: pair 0, and for warps 0 and 1 pair 1, the diagonal pair of pair
+// 0's row block (mb = -1: none). So a warp loads the fragments of at most two row blocks per k step.
+__device__ __forceinline__ void wy_pairs_of_warp(int warp, int (&mb)[2], int (&np)[2]) {
+  // pair 0 of warp w in bits 4w..4w+3, as mb(mb + 1)/2 + np: (3,0) (2,1) (3,1) (3,2) (2,0) (1,0) (1,1) (0,0)
+  int const idx = static_cast<int>((0x02138746u >> (4 * warp)) & 15u);
+  mb[0] = idx < 1 ? 0 : idx < 3 ? 1 : idx < 6 ? 2 : 3;
+  np[0] = idx - mb[0] * (mb[0] + 1) / 2;
+  mb[1] = warp < 2 ? mb[0] : -1;
+  np[1] = mb[1];
+}
+
+// The B fragments of column tiles 2np and 2np + 1 of k kᵀ (B = kᵀ) from the A fragment of row block np of the k tile:
+// rows 16np + g and 16np + 8 + g, the words load_b_cols would load for those tiles.
+template <int P>
+__device__ __forceinline__ void wy_b_halves(std::uint32_t const (&a)[P][4], std::uint32_t (&b)[2][P][2]) {
+#pragma unroll
+  for (int i = 0; i < P; ++i) {
+    b[0][i][0] = a[i][0];
+    b[0][i][1] = a[i][2];
+    b[1][i][0] = a[i][1];
+    b[1][i][1] = a[i][3];
+  }
+}
+
 // Per chunk c and key head: q_rstd, k_rstd, Ŝ = rstd_k_i rstd_k_j (k_i · k_j) (tensor cores, kept in the
 // accumulators); per value head (warps 0-3 and 4-7 each take one): G = cumsum(g) in the chunk, the token records,
 // A[i][j] = β_i Ŝ[i][j] e^{G_i − G_j} (i > j) and (I + A)^-1 (by blocks, above) as bf16 parts into ainv_planes
 // ([T, Hv, parts, 64], row = token; p.Ainv when p.save, for the backward). Rows past the chunk are not written: the
 // readers fill them with zeros.
-// 8 warps, ~36 KB of shared memory and <= 80 registers per thread (bf16) let 3 blocks share a multiprocessor, twice
-// the old kernel's resident warps: the kernel is a chain of short dependent steps (loads, cumsum, the Ŝ tiles, 7
-// block steps), hidden by the other blocks' work. (A register cap of 64 for 4 blocks, or of 80 by __launch_bounds__,
-// made ptxas spill.)
+// 8 warps, ~36 KB of shared memory and 64 registers per thread in 16-bit runs (the bound, met without spilling) let 4
+// blocks share a multiprocessor (fp32 runs 2): the kernel is a chain of short dependent steps (loads, cumsum, the Ŝ
+// tiles, 7 block steps), hidden by the other blocks' work; shared memory is its busiest pipe (Nsight Compute: L1 74%
+// of peak, issue 62%), so each phase reads what it needs once.
 template <typename T, int kK>
-__global__ void __launch_bounds__(kWyThreads) gated_delta_fwd_wy_inverse(GatedDeltaFwdParams p, float* rec,
-                                                                         __nv_bfloat16* ainv_planes) {
+__global__ void __launch_bounds__(kWyThreads, sizeof(T) < 4 ? 4 : 1)
+    gated_delta_fwd_wy_inverse(GatedDeltaFwdParams p, float* rec, __nv_bfloat16* ainv_planes) {
   using Sm = WyInverseSmem<T, kK>;
   using Pol = SplitPolicy<T>;
   constexpr int kP = Pol::kRawParts, kPF = Pol::kOrder + 1;
@@ -384,11 +408,11 @@ __global__ void __launch_bounds__(kWyThreads) gated_delta_fwd_wy_inverse(GatedDe
 
   int const tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   int const Hk = p.Hk, Hv = p.Hv, group = Hv / Hk, pairs = (group + 1) / 2;
-  std::int64_t bid = blockIdx.x;
-  int const pair = static_cast<int>(bid % pairs);
-  bid /= pairs;
-  int const hk = static_cast<int>(bid % Hk);
-  int const c = static_cast<int>(bid / Hk);
+  unsigned bid = blockIdx.x;  // 32-bit: the launcher keeps the grid below 2^31 blocks
+  int const pair = static_cast<int>(bid % static_cast<unsigned>(pairs));
+  bid /= static_cast<unsigned>(pairs);
+  int const hk = static_cast<int>(bid % static_cast<unsigned>(Hk));
+  int const c = static_cast<int>(bid / static_cast<unsigned>(Hk));
   GatedDeltaChunks const table = gated_delta_chunks(p);
   std::int64_t const start = table.start(c);
   int const L = table.len(c);
@@ -424,31 +448,43 @@ __global__ void __launch_bounds__(kWyThreads) gated_delta_fwd_wy_inverse(GatedDe
       G_all[tid] = gi;
       beta_all[tid] = bi;
     }
+    // The kIters rows' sums, reductions and rstds as independent chains (no branch between them), then the stores.
+    float ssq[kIters], ssk[kIters];
 #pragma unroll
     for (int it = 0; it < kIters; ++it) {
       int const idx = tid + it * kWyThreads, r = idx / kVecs, cv = idx % kVecs;
       store16(k_tile + r * Sm::kLdK + cv * kVecN, kv[it]);
-      float ssq = 0.0f, ssk = 0.0f;
+      ssq[it] = 0.0f;
+      ssk[it] = 0.0f;
 #pragma unroll
       for (int e = 0; e < kVecN; ++e) {
         float const qe = to_float(qv[it].v[e]), ke = to_float(kv[it].v[e]);
-        ssq = fmaf(qe, qe, ssq);
-        ssk = fmaf(ke, ke, ssk);
+        ssq[it] = fmaf(qe, qe, ssq[it]);
+        ssk[it] = fmaf(ke, ke, ssk[it]);
       }
+    }
 #pragma unroll
-      for (int off = kVecs / 2; off > 0; off /= 2) {
-        ssq += __shfl_xor_sync(0xffffffffu, ssq, off);
-        ssk += __shfl_xor_sync(0xffffffffu, ssk, off);
+    for (int off = kVecs / 2; off > 0; off /= 2) {
+#pragma unroll
+      for (int it = 0; it < kIters; ++it) {
+        ssq[it] += __shfl_xor_sync(0xffffffffu, ssq[it], off);
+        ssk[it] += __shfl_xor_sync(0xffffffffu, ssk[it], off);
+      }
+    }
+#pragma unroll
+    for (int it = 0; it < kIters; ++it) {
+      int const idx = tid + it * kWyThreads, r = idx / kVecs, cv = idx % kVecs;
+      // every lane of the row holds its sum: all compute (rows past the chunk: 0, so nothing there is ever scaled
+      // up), the row's first lane stores
+      float rq = 0.0f, rk = 0.0f;
+      if (r < L) {
+        rq = p.use_qk_l2norm ? 1.0f / sqrtf(ssq[it] + kL2NormEps) : 1.0f;
+        rk = p.use_qk_l2norm ? 1.0f / sqrtf(ssk[it] + kL2NormEps) : 1.0f;
       }
       if (cv == 0) {
-        float rq = 0.0f, rk = 0.0f;  // rows past the chunk: 0, so nothing there is ever scaled up
-        if (r < L) {
-          rq = p.use_qk_l2norm ? 1.0f / sqrtf(ssq + kL2NormEps) : 1.0f;
-          rk = p.use_qk_l2norm ? 1.0f / sqrtf(ssk + kL2NormEps) : 1.0f;
-          if (p.save && pair == 0) {
-            p.q_rstd[(start + r) * Hk + hk] = rq;
-            p.k_rstd[(start + r) * Hk + hk] = rk;
-          }
+        if (r < L && p.save && pair == 0) {
+          p.q_rstd[(start + r) * Hk + hk] = rq;
+          p.k_rstd[(start + r) * Hk + hk] = rk;
         }
         rstd_k[r] = rk;
         sq[r] = p.scale * rq;
@@ -482,26 +518,33 @@ __global__ void __launch_bounds__(kWyThreads) gated_delta_fwd_wy_inverse(GatedDe
     }
   }
 
-  // Ŝ on the m16n8 tiles (row block mb, column tile nt <= 2mb + 1) w, w + 8, w + 16 of the warp w; rows past the
-  // chunk are zero and skipped. Each tile accumulates over K in the same order as a full-row product would.
-  float acc[3][4] = {};
-  int tile_mb[3], tile_nt[3];
+  // Ŝ on the m16n8 tiles on and below the diagonal 16×16 blocks, by pairs of column tiles (wy_pairs_of_warp), the
+  // B fragments taken from A fragments (wy_b_halves). Each tile accumulates over K in the same order as a full-row
+  // product would; row blocks past the chunk are zero and skipped.
+  float acc[2][2][4] = {};  // [pair][column tile]
+  int pair_mb[2], pair_np[2];
+  wy_pairs_of_warp(warp, pair_mb, pair_np);
+  if (16 * pair_mb[0] < L) {  // pair 1, when there is one, shares the row block
 #pragma unroll
-  for (int u = 0; u < 3; ++u) {
-    int const idx = warp + 8 * u;
-    int const mb = idx < 2 ? 0 : idx < 6 ? 1 : idx < 12 ? 2 : 3;
-    tile_mb[u] = idx < kWyTiles && 16 * mb < L ? mb : -1;
-    tile_nt[u] = idx - mb * (mb + 1);
-  }
+    for (int ks = 0; ks < kK / 16; ++ks) {
+      std::uint32_t a[kP][4], an[kP][4], b[2][kP][2];
+      load_a_rows<T, kP>(k_tile, Sm::kLdK, 16 * pair_mb[0], 16 * ks, lane, a);
+      if (pair_np[0] == pair_mb[0]) {
 #pragma unroll
-  for (int ks = 0; ks < kK / 16; ++ks) {
+        for (int i = 0; i < kP; ++i) {
 #pragma unroll
-    for (int u = 0; u < 3; ++u) {
-      if (tile_mb[u] >= 0) {
-        std::uint32_t a[kP][4], b[kP][2];
-        load_a_rows<T, kP>(k_tile, Sm::kLdK, 16 * tile_mb[u], 16 * ks, lane, a);
-        load_b_cols<T, kP>(k_tile, Sm::kLdK, 8 * tile_nt[u], 16 * ks, lane, b);
-        mma_split<Pol::kOrder>(acc[u], a, b);
+          for (int r = 0; r < 4; ++r) an[i][r] = a[i][r];
+        }
+      } else {
+        load_a_rows<T, kP>(k_tile, Sm::kLdK, 16 * pair_np[0], 16 * ks, lane, an);
+      }
+      wy_b_halves<kP>(an, b);
+      mma_split<Pol::kOrder>(acc[0][0], a, b[0]);
+      mma_split<Pol::kOrder>(acc[0][1], a, b[1]);
+      if (pair_mb[1] >= 0) {
+        wy_b_halves<kP>(a, b);
+        mma_split<Pol::kOrder>(acc[1][0], a, b[0]);
+        mma_split<Pol::kOrder>(acc[1][1], a, b[1]);
       }
     }
   }
@@ -534,25 +577,39 @@ __global__ void __launch_bounds__(kWyThreads) gated_delta_fwd_wy_inverse(GatedDe
   }
 
   // A of both value heads from the Ŝ tiles, transposed into the squares (rows past the chunk: 0). exp(G_i − G_j)
-  // only for j < i < L: a difference of two partial sums of one chunk, never e^{G_i}·e^{−G_j}.
+  // only for j < i < L: a difference of two partial sums of one chunk, never e^{G_i}·e^{−G_j}. A tile's two rows
+  // and two columns are read once for its four elements.
   {
     int const g = lane >> 2, t = lane & 3;
+    bool const second = 2 * pair + 1 < group;  // the block's second value head (the first always exists)
 #pragma unroll
-    for (int u = 0; u < 3; ++u) {
-      int const idx = warp + 8 * u, mb = idx < 2 ? 0 : idx < 6 ? 1 : idx < 12 ? 2 : 3;
-      if (idx < kWyTiles) {
+    for (int tile = 0; tile < 4; ++tile) {
+      int const u = tile >> 1, mb = pair_mb[u], nt = 2 * pair_np[u] + (tile & 1);
+      if (mb >= 0) {
+        int const i0 = 16 * mb + g, j0 = 8 * nt + 2 * t;  // rows i0, i0 + 8; columns j0, j0 + 1
+        float const(&tile_acc)[4] = acc[u][tile & 1];
+        float const rki[2] = {rstd_k[i0], rstd_k[i0 + 8]}, rkj[2] = {rstd_k[j0], rstd_k[j0 + 1]};
+        float s[4];
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          int const i = 16 * mb + g + 8 * (e >> 1), j = 8 * tile_nt[u] + 2 * t + (e & 1);
-          if (j < i) {
-            float const s = rstd_k[i] * rstd_k[j] * acc[u][e];
+        for (int e = 0; e < 4; ++e) s[e] = rki[e >> 1] * rkj[e & 1] * tile_acc[e];
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              if (2 * pair + h < group) {
-                float const* G = G_all + h * kChunk;
-                float const a = i < L ? beta_all[h * kChunk + i] * s * policy_exp<T>(G[i] - G[j]) : 0.0f;
-                reinterpret_cast<float*>(gd_smem + Sm::kSquare)[(h * kChunk + j) * kLdInv + i] = a;
-              }
+        for (int h = 0; h < 2; ++h) {
+          if (h == 0 || second) {
+            float const* G = G_all + h * kChunk;
+            float const Gi[2] = {G[i0], G[i0 + 8]}, Gj[2] = {G[j0], G[j0 + 1]};
+            float const bi[2] = {beta_all[h * kChunk + i0], beta_all[h * kChunk + i0 + 8]};
+            float a[4];  // every element first, without branches (the exponent masked), then the stores below i
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              int const i = i0 + 8 * (e >> 1), j = j0 + (e & 1);
+              float const decay = policy_exp<T>(j < i ? Gi[e >> 1] - Gj[e & 1] : 0.0f);
+              a[e] = bi[e >> 1] * s[e] * decay;
+              a[e] = i < L ? a[e] : 0.0f;
+            }
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              int const i = i0 + 8 * (e >> 1), j = j0 + (e & 1);
+              if (j < i) reinterpret_cast<float*>(gd_smem + Sm::kSquare)[(h * kChunk + j) * kLdInv + i] = a[e];
             }
           }
         }
@@ -581,29 +638,29 @@ __global__ void __launch_bounds__(kWyThreads) gated_delta_fwd_wy_inverse(GatedDe
   }
 
   // Rows i < L out, 8 columns per thread: X on and below the diagonal, zeros above it (where the square holds Aᵀ).
+  // A thread keeps its 8 columns and steps down by kRowStep rows.
   if (active) {
-    std::int64_t const row_stride = std::int64_t(Hv) * kChunk;
-    __nv_bfloat16* planes = ainv_planes + (start * Hv + hv) * kPF * kChunk;
-    constexpr int kGroups = kChunk / 8, kItems = kChunk * kGroups / (kWyThreads / 2);
+    constexpr int kGroups = kChunk / 8, kRowStep = (kWyThreads / 2) / kGroups, kItems = kChunk / kRowStep;
+    std::int64_t const row_elems = std::int64_t(Hv) * kPF * kChunk;  // one token row of every value head's planes
+    int const c0 = 8 * (tid % kGroups), i0 = (tid & (kWyThreads / 2 - 1)) / kGroups;
+    __nv_bfloat16* dst = ainv_planes + (start * Hv + hv) * kPF * kChunk + i0 * row_elems + c0;
 #pragma unroll
     for (int it = 0; it < kItems; ++it) {
-      int const idx = (tid & (kWyThreads / 2 - 1)) + it * (kWyThreads / 2), i = idx / kGroups, c0 = 8 * (idx % kGroups);
+      int const i = i0 + kRowStep * it;
       if (i < L) {
-        float x[8];
         float4 const lo = *reinterpret_cast<float4 const*>(square + i * kLdInv + c0);
         float4 const hi = *reinterpret_cast<float4 const*>(square + i * kLdInv + c0 + 4);
         float const xs[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+        std::uint32_t w[4][kPF];
 #pragma unroll
-        for (int e = 0; e < 8; ++e) x[e] = c0 + e <= i ? xs[e] : 0.0f;
-        __nv_bfloat16 w[8][kPF];
-#pragma unroll
-        for (int e = 0; e < 8; ++e) split_one<kPF>(x[e], w[e]);
+        for (int e = 0; e < 8; e += 2) {
+          split_pair<kPF>(c0 + e <= i ? xs[e] : 0.0f, c0 + e + 1 <= i ? xs[e + 1] : 0.0f, w[e / 2]);
+        }
 #pragma unroll
         for (int part = 0; part < kPF; ++part) {
-          Vec16<__nv_bfloat16> v;
-#pragma unroll
-          for (int e = 0; e < 8; ++e) v.v[e] = w[e][part];
-          store16(planes + i * row_stride * kPF + part * kChunk + c0, v);
+          *reinterpret_cast<int4*>(dst + kRowStep * it * row_elems + part * kChunk) =
+              make_int4(static_cast<int>(w[0][part]), static_cast<int>(w[1][part]), static_cast<int>(w[2][part]),
+                        static_cast<int>(w[3][part]));
         }
       }
     }
