@@ -48,6 +48,17 @@ struct GatedDeltaChunks {
   __host__ __device__ std::int32_t first_chunk(int n) const { return data[3 * NC + n]; }
   // The example with the i-th most chunks (by_length[i]): the one a recurrence's i-th group of blocks runs.
   __host__ __device__ std::int32_t example_by_length(int i) const { return data[3 * NC + N + 1 + i]; }
+  // Block `block` of a sequential recurrence's grid, ordered [example by length][value head][value tile] (Hv heads of
+  // `tiles` tiles): the example, value head and tile it runs.
+  struct ChainBlock {
+    int example, head, tile;
+  };
+  __host__ __device__ ChainBlock chain_block(std::int64_t block, int Hv, int tiles) const {
+    int const tile = static_cast<int>(block % tiles);
+    block /= tiles;
+    int const head = static_cast<int>(block % Hv);
+    return {example_by_length(static_cast<int>(block / Hv)), head, tile};
+  }
 };
 
 // bf16 parts the saved (I + A)^-1 is split into: 2 for bf16 and fp16 runs, 3 for fp32 runs (fp32 accuracy). The

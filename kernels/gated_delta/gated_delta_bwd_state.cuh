@@ -92,11 +92,8 @@ __global__ void __launch_bounds__(kSlabs * kKSplit * 32, 1)
   // Whether this warp computes dv_new's doᵀP term and y on the 16-token row block np: all of them when alone.
   auto const owns = [&](int np) { return kKSplit == 1 || lean_owns_token_block(kh, np); };
   int const Hk = p.Hk, Hv = p.Hv, V = p.V, tiles = V / kBV;
-  std::int64_t bid = blockIdx.x;
-  int const vtile = static_cast<int>(bid % tiles);
-  bid /= tiles;
-  int const j = static_cast<int>(bid % Hv);
-  int const n = gated_delta_chunks(p).example_by_length(static_cast<int>(bid / Hv));  // longest first
+  GatedDeltaChunks::ChainBlock const block = gated_delta_chunks(p).chain_block(blockIdx.x, Hv, tiles);
+  int const vtile = block.tile, j = block.head, n = block.example;  // longest example first
   int const khead = j / (Hv / Hk);
   int const v0 = vtile * kBV, wc = 16 * slab;  // the block's and the slab's first value column
   int const d0 = kh * kKW;                     // the warp's first state column

@@ -63,11 +63,8 @@ __global__ void __launch_bounds__(kSlabs * 64, 1)
   int const tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
   int const slab = warp / 2, kh = warp % 2;
   int const Hk = p.Hk, Hv = p.Hv, V = p.V, tiles = V / kBV;
-  std::int64_t bid = blockIdx.x;
-  int const vtile = static_cast<int>(bid % tiles);
-  bid /= tiles;
-  int const hv = static_cast<int>(bid % Hv);
-  int const n = gated_delta_chunks(p).example_by_length(static_cast<int>(bid / Hv));  // longest first
+  GatedDeltaChunks::ChainBlock const block = gated_delta_chunks(p).chain_block(blockIdx.x, Hv, tiles);
+  int const vtile = block.tile, hv = block.head, n = block.example;  // longest example first
   int const hk = hv / (Hv / Hk);
   int const v0 = vtile * kBV;          // first value column of the block
   int const wc = 16 * slab;            // the slab's columns within the block's tile

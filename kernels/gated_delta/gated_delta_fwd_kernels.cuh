@@ -733,11 +733,8 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
   int const slab = warp / kKSplit, kh = warp % kKSplit;
   bool const does_v_new = kh == 0, does_o = kh == kKSplit - 1;  // the same warp when kKSplit = 1
   int const Hk = p.Hk, Hv = p.Hv, V = p.V, tiles = V / kBV;
-  std::int64_t bid = blockIdx.x;
-  int const vtile = static_cast<int>(bid % tiles);
-  bid /= tiles;
-  int const hv = static_cast<int>(bid % Hv);
-  int const n = gated_delta_chunks(p).example_by_length(static_cast<int>(bid / Hv));  // longest first
+  GatedDeltaChunks::ChainBlock const block = gated_delta_chunks(p).chain_block(blockIdx.x, Hv, tiles);
+  int const vtile = block.tile, hv = block.head, n = block.example;  // longest example first
   int const hk = hv / (Hv / Hk);
   int const v0 = vtile * kBV;  // first value column of the block
   int const wc = 16 * slab;    // the slab's columns within the block's tile

@@ -22,6 +22,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -860,6 +861,25 @@ TEST(GatedDeltaChunkTables, ListExamplesLongestFirst) {
   EXPECT_EQ(view.first_chunk(6), 10);  // the layout before by_length unchanged
   EXPECT_EQ(view.example(9), 5);
   EXPECT_EQ(gated_delta_chunk_table({0}).data.size(), std::size_t(1));
+}
+
+// The recurrences' blocks: [example by length][value head][value tile], so the longest example's blocks are handed out
+// first, and every (example, head, tile) runs once. Planted: the head and the tile decoded in the other order
+// (head fastest) put block 1 on head 1, tile 0 and fail at once.
+TEST(GatedDeltaChunkTables, ChainBlocksRunEveryExampleHeadAndTileOnceLongestFirst) {
+  GatedDeltaChunkTable const t = gated_delta_chunk_table(cu_seqlens_from_lengths({5, 0, 130, 128, 129, 64}));
+  GatedDeltaChunks const view{t.data.data(), t.NC, t.N};
+  constexpr int kHv = 3, kTiles = 4;
+  std::vector<std::array<int, 3>> expected;  // (example, head, tile) in grid order
+  for (int example : {2, 4, 3, 0, 5, 1}) {   // longest first (ListExamplesLongestFirst)
+    for (int head = 0; head < kHv; ++head) {
+      for (int tile = 0; tile < kTiles; ++tile) expected.push_back({example, head, tile});
+    }
+  }
+  for (std::size_t b = 0; b < expected.size(); ++b) {
+    GatedDeltaChunks::ChainBlock const got = view.chain_block(static_cast<std::int64_t>(b), kHv, kTiles);
+    EXPECT_EQ((std::array<int, 3>{got.example, got.head, got.tile}), expected[b]) << "block " << b;
+  }
 }
 
 // The backward's kernels read q, k, v and dout and store dv in 16-byte vectors: a pointer off that grid is refused by
