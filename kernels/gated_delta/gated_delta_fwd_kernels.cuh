@@ -362,13 +362,41 @@ __device__ __forceinline__ void wy_block_row(float* square, bool active, int hw,
 // The Ŝ tile pairs (row block mb, column tiles 2np and 2np + 1, np <= mb: 10 pairs, the 20 tiles on and below the
 // diagonal 16×16 blocks) of the WY kernel's warp w: pair 0, and for warps 0 and 1 pair 1, the diagonal pair of pair
 // 0's row block (mb = -1: none). So a warp loads the fragments of at most two row blocks per k step.
+// Pair 0 of warp w in bits 4w..4w+3, as mb(mb + 1)/2 + np: (3,0) (2,1) (3,1) (3,2) (2,0) (1,0) (1,1) (0,0).
+constexpr unsigned kWyFirstPairs = 0x02138746u;
+struct WyPair {
+  int mb, np;
+};
+__host__ __device__ constexpr WyPair wy_pair(int warp, int u) {
+  int const idx = static_cast<int>((kWyFirstPairs >> (4 * warp)) & 15u);
+  int const mb = idx < 1 ? 0 : idx < 3 ? 1 : idx < 6 ? 2 : 3;
+  if (u == 0) return {mb, idx - mb * (mb + 1) / 2};
+  return warp < 2 ? WyPair{mb, mb} : WyPair{-1, -1};
+}
+// Every pair is formed by exactly one warp (a table that repeats one leaves another's A entries unwritten).
+constexpr bool wy_pairs_cover_each_once() {
+  int seen[10] = {};
+  for (int w = 0; w < kWyThreads / 32; ++w) {
+    for (int u = 0; u < 2; ++u) {
+      WyPair const q = wy_pair(w, u);
+      if (q.mb < 0) continue;
+      if (q.np < 0 || q.np > q.mb || q.mb > 3) return false;
+      ++seen[q.mb * (q.mb + 1) / 2 + q.np];
+    }
+  }
+  for (int count : seen) {
+    if (count != 1) return false;
+  }
+  return true;
+}
+static_assert(wy_pairs_cover_each_once(), "the WY kernel's warps form each pair of column tiles of k k^T once");
 __device__ __forceinline__ void wy_pairs_of_warp(int warp, int (&mb)[2], int (&np)[2]) {
-  // pair 0 of warp w in bits 4w..4w+3, as mb(mb + 1)/2 + np: (3,0) (2,1) (3,1) (3,2) (2,0) (1,0) (1,1) (0,0)
-  int const idx = static_cast<int>((0x02138746u >> (4 * warp)) & 15u);
-  mb[0] = idx < 1 ? 0 : idx < 3 ? 1 : idx < 6 ? 2 : 3;
-  np[0] = idx - mb[0] * (mb[0] + 1) / 2;
-  mb[1] = warp < 2 ? mb[0] : -1;
-  np[1] = mb[1];
+#pragma unroll
+  for (int u = 0; u < 2; ++u) {
+    WyPair const q = wy_pair(warp, u);
+    mb[u] = q.mb;
+    np[u] = q.np;
+  }
 }
 
 // The B fragments of column tiles 2np and 2np + 1 of k kᵀ (B = kᵀ) from the A fragment of row block np of the k tile:
