@@ -480,7 +480,7 @@ struct ChunkMmaSmem {
   static constexpr std::size_t kStageY = align16(kBase), kStageVn = kStageY + kHo * kChunk * V,
                                kStageV = kStageVn + sizeof(float) * kChunk * V,
                                kStagedEnd = kStageV + sizeof(T) * kChunk * V;
-  static constexpr bool kStaged = kStagedEnd <= 227 * 1024;
+  static constexpr bool kStaged = kStagedEnd <= kMaxBlockSmem;
   static constexpr std::size_t kBytes = kStaged ? kStagedEnd : kBase;
 };
 

@@ -21,8 +21,6 @@ using namespace gated_delta_mma;
 constexpr int kChunk = kGatedDeltaChunk;  // 64 tokens: 4 row tiles of 16
 constexpr int kWarps = 8;                 // of gated_delta_bwd_intra and gated_delta_bwd_chunk
 constexpr int kThreads = 32 * kWarps;
-// An H100/H200 block may have 227 KB of shared memory; the recurrence and the per-chunk kernel run one block per SM.
-constexpr std::size_t kMaxBlockSmem = 227 * 1024;
 
 #if defined(__CUDACC__)
 __device__ __forceinline__ float* shared_floats() {

@@ -184,10 +184,9 @@ struct RecurrenceShape {
   int columns() const { return 16 * warps / ksplit; }
 };
 constexpr RecurrenceShape kRecurrenceShapes[] = {{8, 1}, {8, 2}, {4, 2}, {2, 2}};
-// A block's shared memory on Hopper (227 KB): shapes above it are neither compiled nor chosen (fp32 at K = 128 runs
-// only [2 warps, split 2]).
-constexpr std::size_t kMaxBlockSmem = 227 * 1024;
-// And a multiprocessor's (228 KB), of which each resident block also takes 1 KB for the system.
+// Shapes whose shared memory exceeds a block's on Hopper (kMaxBlockSmem, 227 KB) are neither compiled nor chosen (fp32
+// at K = 128 runs only [2 warps, split 2]). A multiprocessor has 228 KB, of which each resident block also takes 1 KB
+// for the system.
 constexpr std::size_t kSmemPerSm = 228 * 1024;
 
 template <typename T, int kK>

@@ -390,14 +390,6 @@ constexpr bool wy_pairs_cover_each_once() {
   return true;
 }
 static_assert(wy_pairs_cover_each_once(), "the WY kernel's warps form each pair of column tiles of k k^T once");
-__device__ __forceinline__ void wy_pairs_of_warp(int warp, int (&mb)[2], int (&np)[2]) {
-#pragma unroll
-  for (int u = 0; u < 2; ++u) {
-    WyPair const q = wy_pair(warp, u);
-    mb[u] = q.mb;
-    np[u] = q.np;
-  }
-}
 
 // The B fragments of column tiles 2np and 2np + 1 of k kᵀ (B = kᵀ) from the A fragment of row block np of the k tile:
 // rows 16np + g and 16np + 8 + g, the words load_b_cols would load for those tiles.
@@ -546,30 +538,29 @@ __global__ void __launch_bounds__(kWyThreads, sizeof(T) < 4 ? 4 : 1)
     }
   }
 
-  // Ŝ on the m16n8 tiles on and below the diagonal 16×16 blocks, by pairs of column tiles (wy_pairs_of_warp), the
+  // Ŝ on the m16n8 tiles on and below the diagonal 16×16 blocks, by pairs of column tiles (wy_pair), the
   // B fragments taken from A fragments (wy_b_halves). Each tile accumulates over K in the same order as a full-row
   // product would; row blocks past the chunk are zero and skipped.
   float acc[2][2][4] = {};  // [pair][column tile]
-  int pair_mb[2], pair_np[2];
-  wy_pairs_of_warp(warp, pair_mb, pair_np);
-  if (16 * pair_mb[0] < L) {  // pair 1, when there is one, shares the row block
+  WyPair const tile_pairs[2] = {wy_pair(warp, 0), wy_pair(warp, 1)};
+  if (16 * tile_pairs[0].mb < L) {  // pair 1, when there is one, shares the row block
 #pragma unroll
     for (int ks = 0; ks < kK / 16; ++ks) {
       std::uint32_t a[kP][4], an[kP][4], b[2][kP][2];
-      load_a_rows<T, kP>(k_tile, Sm::kLdK, 16 * pair_mb[0], 16 * ks, lane, a);
-      if (pair_np[0] == pair_mb[0]) {
+      load_a_rows<T, kP>(k_tile, Sm::kLdK, 16 * tile_pairs[0].mb, 16 * ks, lane, a);
+      if (tile_pairs[0].np == tile_pairs[0].mb) {
 #pragma unroll
         for (int i = 0; i < kP; ++i) {
 #pragma unroll
           for (int r = 0; r < 4; ++r) an[i][r] = a[i][r];
         }
       } else {
-        load_a_rows<T, kP>(k_tile, Sm::kLdK, 16 * pair_np[0], 16 * ks, lane, an);
+        load_a_rows<T, kP>(k_tile, Sm::kLdK, 16 * tile_pairs[0].np, 16 * ks, lane, an);
       }
       wy_b_halves<kP>(an, b);
       mma_split<Pol::kOrder>(acc[0][0], a, b[0]);
       mma_split<Pol::kOrder>(acc[0][1], a, b[1]);
-      if (pair_mb[1] >= 0) {
+      if (tile_pairs[1].mb >= 0) {
         wy_b_halves<kP>(a, b);
         mma_split<Pol::kOrder>(acc[1][0], a, b[0]);
         mma_split<Pol::kOrder>(acc[1][1], a, b[1]);
@@ -612,7 +603,7 @@ __global__ void __launch_bounds__(kWyThreads, sizeof(T) < 4 ? 4 : 1)
     bool const second = 2 * pair + 1 < group;  // the block's second value head (the first always exists)
 #pragma unroll
     for (int tile = 0; tile < 4; ++tile) {
-      int const u = tile >> 1, mb = pair_mb[u], nt = 2 * pair_np[u] + (tile & 1);
+      int const u = tile >> 1, mb = tile_pairs[u].mb, nt = 2 * tile_pairs[u].np + (tile & 1);
       if (mb >= 0) {
         int const i0 = 16 * mb + g, j0 = 8 * nt + 2 * t;  // rows i0, i0 + 8; columns j0, j0 + 1
         float const(&tile_acc)[4] = acc[u][tile & 1];

@@ -26,6 +26,9 @@ constexpr int kLdPad = 8;  // elements padding each row of a q / k / v tile (16 
 
 constexpr std::size_t align16(std::size_t x) { return (x + 15) / 16 * 16; }
 
+// The most shared memory one block may have on Hopper (H100 / H200): 227 KB of a multiprocessor's 228.
+constexpr std::size_t kMaxBlockSmem = 227 * 1024;
+
 // ---------------------------------------------------------------------------------------------------------------
 // Warp-level primitives (mma.sync, ldmatrix, cp.async).
 

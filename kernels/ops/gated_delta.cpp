@@ -11,7 +11,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdint>
 #include <limits>
 #include <optional>
 #include <vector>
@@ -284,7 +283,7 @@ struct GatedDeltaFunction : torch::autograd::Function<GatedDeltaFunction> {
     at::Tensor dout = grads[0].defined() ? grads[0].to(q.scalar_type()).contiguous()
                                          : at::zeros({q.size(0), v.size(1), v.size(2)}, q.options());
     // The kernels read dout in 16-byte vectors; a gradient that is a view at an odd offset is copied.
-    if (reinterpret_cast<std::uintptr_t>(dout.data_ptr()) % 16 != 0) dout = dout.clone();
+    if (!gated_delta_misaligned(dout.data_ptr(), "dout").empty()) dout = dout.clone();
     at::Tensor const dfinal_state =
         grads.size() > 1 && grads[1].defined() ? grads[1].to(at::kFloat).contiguous() : at::Tensor();
     at::Tensor dq = at::empty_like(q), dk = at::empty_like(k), dv = at::empty_like(v), dg = at::empty_like(g),
