@@ -10,7 +10,7 @@
 #     --skip N         launches of those kernels to let run first (default 40: past the benchmark's checks and warm-up)
 #     --count N        launches to profile (default 12); a kernel launched more than once is folded into its median
 #     OP               the fusepack-bench op, e.g. gated_delta
-# Exit status non-zero when the build, ncu or the report fails; ncu's own log in $OUT_DIR (default: build dir/profile).
+# Exit status non-zero when ncu or the report fails; ncu's report and log in $OUT_DIR (default: build dir/profile).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 usage() { sed -n '/^#   ci\/gpu_profile.sh \[/,/^#     OP /s/^# \{0,1\}//p' "$0"; }
