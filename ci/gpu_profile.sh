@@ -41,7 +41,10 @@ case ${#positional[@]} in
 esac
 [ "$count" -ge 1 ] || { echo "gpu_profile: --count must be at least 1"; exit 2; }
 bench="$build_dir/bin/fusepack-bench"
-[ -x "$bench" ] || { echo "gpu_profile: $bench not found; build first (ci/build.sh with FUSEPACK_TARGETS=fusepack-bench)"; exit 2; }
+if [ ! -x "$bench" ]; then
+  echo "gpu_profile: $bench not found; build first (ci/build.sh with FUSEPACK_TARGETS=fusepack-bench)"
+  exit 2
+fi
 ncu=${NCU:-ncu}
 command -v "$ncu" >/dev/null || ncu=/usr/local/cuda/bin/ncu
 [ -x "$(command -v "$ncu")" ] || { echo "gpu_profile: ncu (Nsight Compute) not found"; exit 2; }

@@ -61,7 +61,8 @@ def parse(lines):
     col = {name: i for i, name in enumerate(header)}
     missing = [m for _, m, _ in METRICS if m not in col] + [m for m in LAUNCH if m not in col]
     if missing:
-        raise SystemExit("kernel_profile: the report lacks " + ", ".join(missing) + " (run it through ci/gpu_profile.sh)")
+        raise SystemExit("kernel_profile: the report lacks " + ", ".join(missing) +
+                         " (run it through ci/gpu_profile.sh)")
     unit = units[col["gpu__time_duration.sum"]] if units else ""
     if unit not in TIME_TO_US:
         raise SystemExit(f"kernel_profile: gpu__time_duration.sum in unknown unit {unit!r}; expected one of "

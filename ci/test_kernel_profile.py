@@ -33,8 +33,10 @@ CHAIN = "void fusepack::gated_delta_fwd_detail::gated_delta_fwd_state_chain<floa
 class KernelProfileTest(unittest.TestCase):
     def test_folds_launches_into_their_median_in_launch_order(self):
         # Three WY launches at 100, 400 and 200 us: median 200 (the first is 100, the mean 233).
-        rows = [(WY, "100,000", "50,880,512", "2,048", "256", "64"), (CHAIN, "303,264", "77,726,720", "128", "128", "193"),
-                (WY, "400,000", "50,880,512", "2,048", "256", "64"), (WY, "200,000", "50,880,512", "2,048", "256", "64")]
+        rows = [(WY, "100,000", "50,880,512", "2,048", "256", "64"),
+                (CHAIN, "303,264", "77,726,720", "128", "128", "193"),
+                (WY, "400,000", "50,880,512", "2,048", "256", "64"),
+                (WY, "200,000", "50,880,512", "2,048", "256", "64")]
         lines = kernel_profile.table(kernel_profile.parse(report(rows))).splitlines()
         self.assertEqual(len(lines), 4)
         wy, chain = [line.split(" | ") for line in lines[2:]]
