@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Where a fused op's time goes, per kernel: Nsight Compute over fusepack-bench's timing loops, one row per kernel with
 # its time, instructions and the limits it meets (issue, tensor pipe, L1/shared memory, DRAM, occupancy), as
-# ci/kernel_profile.py prints them; the tables of kernels/*/NOTES.md come from this. Clocks are left as they are
+# ci/kernel_profile.py prints them (kernels/gated_delta/NOTES.md has such a table). Clocks are left as they are
 # (--clock-control none), as the benchmark runs; each kernel runs alone under the profiler. The op's benchmark shape
 # comes from its environment variables, for example FUSEPACK_BENCH_GATED_DELTA_SHAPE="1x8192 Hk=16 Hv=32".
 #   ci/gpu_profile.sh [build dir] [--kernels REGEX] [--skip N] [--count N] OP

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Summarises an Nsight Compute raw CSV (ncu --csv --page raw --metrics ...; ci/gpu_profile.sh runs it) as one row per
-kernel: which limit each kernel meets, the table kernels/*/NOTES.md keep. Launches of the same kernel (same short name
-and grid) are folded into their median; the count says how many there were.
+kernel: which limit each kernel meets (kernels/gated_delta/NOTES.md keeps such a table). Launches of the same kernel
+(same short name and grid) are folded into their median; the count says how many there were.
 
 Columns: grid x block, registers per thread, median time (us), warp instructions (millions), issue (% of cycles a
 scheduler issues), tensor pipe, L1/shared pipe and DRAM (% of peak), warps (achieved occupancy, %).
