@@ -351,14 +351,8 @@ void print_digest(std::string const& name, at::Tensor const& t) {
   for (std::size_t i = 0, n = host.numel() * host.element_size(); i < n; ++i) h = (h ^ bytes[i]) * 1099511628211ull;
   std::string shape;
   for (std::int64_t d : host.sizes()) shape += (shape.empty() ? "" : ", ") + std::to_string(d);
-  at::ScalarType const type = host.scalar_type();
-  char const* const type_name = type == at::kBFloat16 ? "bf16"
-                                : type == at::kHalf   ? "fp16"
-                                : type == at::kFloat  ? "fp32"
-                                : type == at::kDouble ? "fp64"
-                                                      : c10::toString(type);
-  std::printf("  %s %s [%s]: digest %016llx\n", name.c_str(), type_name, shape.c_str(),
-              static_cast<unsigned long long>(h));
+  std::printf("  %s %s [%s]: digest %016llx\n", name.c_str(), dtype_name(test_dtype(host.scalar_type())),
+              shape.c_str(), static_cast<unsigned long long>(h));
 }
 
 // The inputs drawn as for a check (not rounded: nothing is compared), the fused op forward and backward; with
