@@ -2,22 +2,13 @@
 # The GPU suite on a machine with a CUDA device that reaches no package registry (the H200 box):
 #   1. on a connected machine: bash ci/gpu_deps.sh   (Debian -dev packages into .deps/debs/)
 #   2. copy the tree with .deps/ to the GPU machine, then there: bash ci/gpu_test.sh [ctest arguments]
-# The .deb files are unpacked into .deps/prefix with dpkg -x; LibTorch comes from the machine's own python3 torch.
+# ci/gpu_env.sh: the .deb files unpacked into .deps/prefix with dpkg -x, LibTorch from the machine's python3 torch.
 # Builds into build-gpu/ with FUSEPACK_REQUIRE_CUDA=ON and runs the gate at FUSEPACK_TEST_LEVEL (default full), then
 # ci/gpu_sanitize.sh (compute-sanitizer over every fused kernel, about 100 s on an H200; FUSEPACK_SANITIZE=0 skips it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ -d .deps/debs ] || { echo "[gpu] .deps/debs is missing: run ci/gpu_deps.sh on a machine with Debian's registry"; exit 1; }
-prefix=$PWD/.deps/prefix
-if [ ! -f "$prefix/.unpacked" ] || [ -n "$(find .deps/debs -newer "$prefix/.unpacked" -name '*.deb')" ]; then
-  rm -rf "$prefix" && mkdir -p "$prefix"
-  for deb in .deps/debs/*.deb; do dpkg -x "$deb" "$prefix"; done
-  touch "$prefix/.unpacked"
-fi
-torch_prefix=$(python3 -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')
+source ci/gpu_env.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
-export CMAKE_PREFIX_PATH="$prefix/usr;$torch_prefix"
-export CPATH="$prefix/usr/include${CPATH:+:$CPATH}"
 export FUSEPACK_BUILD_DIR=${FUSEPACK_BUILD_DIR:-build-gpu}
 export FUSEPACK_JOBS=${FUSEPACK_JOBS:-$(nproc)}
 export FUSEPACK_TEST_LEVEL=${FUSEPACK_TEST_LEVEL:-full}

@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# A/B benchmark of a kernel change: fusepack-bench of a base tree (the code before) and of this tree (the code after),
+# both built and run here in one call, since timings taken on other machines or at other times do not compare.
+# Builds fusepack-bench of BASE with BASE's own ci/build.sh into $AB_DIR/base and of this tree into $AB_DIR/this
+# (FUSEPACK_REQUIRE_CUDA=ON, the dependencies of ci/gpu_env.sh), then runs both benches for OP in each round, base
+# first in odd rounds and this tree first in even ones, so that a drift of the GPU's clocks over the call does not
+# favour one side. Prints a Markdown table (ci/bench_ab.py): per shape and pass, the fused ms of every round on each
+# side, their means and the change (this - base) / base.
+#   ci/bench_ab.sh BASE [OP] [--rounds N]
+#     BASE        the code before: a fusepack source tree, or a .tar.gz of one, unpacked afresh into $AB_DIR/base-src;
+#                 on the development machine: git archive --format=tar.gz -o .deps/base.tar.gz main
+#     OP          the fusepack-bench op (default gated_delta); FUSEPACK_BENCH_* settings reach both benches unchanged
+#     --rounds N  rounds of the two runs (default 2)
+# AB_DIR is $FUSEPACK_AB_DIR or build-ab; each run's output goes to $AB_DIR/logs/round<r>-<base|this>.log, and a bench
+# that fails stops the script (exit 1). FUSEPACK_CMAKE_ARGS reaches both builds; FUSEPACK_AB_SKIP_BUILD=1 runs the
+# builds of an earlier call as they are (a second call on the same machine).
+# Example, one shape, three rounds:
+#   FUSEPACK_BENCH_GATED_DELTA_SHAPE="1x8192 Hk=16 Hv=32" bash ci/bench_ab.sh .deps/base.tar.gz gated_delta --rounds 3
+set -euo pipefail
+caller=$PWD
+cd "$(dirname "$0")/.."
+usage() { sed -n '/^#   ci\/bench_ab.sh BASE/,/^#     --rounds/s/^# \{0,1\}//p' "$0"; }
+fail() { echo "bench_ab: $*" >&2; exit 2; }
+base='' op='' rounds=2
+while [ $# -gt 0 ]; do
+  case $1 in
+    --rounds)
+      [ $# -ge 2 ] || fail "--rounds needs a value"
+      [[ $2 =~ ^[1-9][0-9]*$ ]] || fail "--rounds needs a positive whole number; got '$2'"
+      rounds=$2
+      shift 2 ;;
+    -h|--help) usage; exit 0 ;;
+    -*) fail "unknown argument '$1' (usage: ci/bench_ab.sh BASE [OP] [--rounds N])" ;;
+    *)
+      if [ -z "$base" ]; then base=$1
+      elif [ -z "$op" ]; then op=$1
+      else fail "unknown argument '$1' (usage: ci/bench_ab.sh BASE [OP] [--rounds N])"
+      fi
+      shift ;;
+  esac
+done
+[ -n "$base" ] || fail "name BASE, the code before: a fusepack source tree or a .tar.gz of one"
+op=${op:-gated_delta}
+# BASE as the caller named it, from the caller's directory.
+case $base in /*) base_path=$base ;; *) base_path=$caller/$base ;; esac
+[ -e "$base_path" ] || fail "BASE $base does not exist"
+if [ -d "$base_path" ]; then
+  [ -f "$base_path/ci/build.sh" ] || fail "BASE $base has no ci/build.sh: not a fusepack source tree"
+elif [[ $base_path == *.tar.gz && -f $base_path ]]; then
+  # grep reads the whole listing: with -q it would stop at the match and tar's SIGPIPE would fail the pipeline.
+  tar -tzf "$base_path" 2>/dev/null | grep -E '^(\./)?([^/]+/)?ci/build\.sh$' >/dev/null ||
+    fail "BASE $base holds no ci/build.sh: not a .tar.gz of a fusepack source tree"
+else
+  fail "BASE $base is neither a directory nor a .tar.gz"
+fi
+
+ab_dir=${FUSEPACK_AB_DIR:-build-ab}
+mkdir -p "$ab_dir/logs"
+ab_dir=$(cd "$ab_dir" && pwd)
+logs=$ab_dir/logs
+rm -f "$logs"/round*.log
+if [ "${FUSEPACK_AB_SKIP_BUILD:-0}" = 1 ]; then
+  for side in base this; do
+    [ -x "$ab_dir/$side/bin/fusepack-bench" ] ||
+      fail "FUSEPACK_AB_SKIP_BUILD=1 but $ab_dir/$side/bin/fusepack-bench is missing; run once without it"
+  done
+else
+  # This tree's setup for both builds: an older base tree may not have ci/gpu_env.sh.
+  source ci/gpu_env.sh
+  export FUSEPACK_JOBS=${FUSEPACK_JOBS:-$(nproc)}
+  base_src=$base_path
+  if [ ! -d "$base_path" ]; then
+    base_src=$ab_dir/base-src
+    rm -rf "$base_src" && mkdir -p "$base_src"
+    tar -xzf "$base_path" -C "$base_src"
+    # An archive made with --prefix holds the tree one directory down.
+    if [ ! -f "$base_src/ci/build.sh" ]; then
+      inner=("$base_src"/*/ci/build.sh)
+      base_src=${inner[0]%/ci/build.sh}
+    fi
+  fi
+  build() {  # side, source tree
+    local log=$logs/build-$1.log status=0
+    echo "[bench-ab] building fusepack-bench of $1 ($2) into $ab_dir/$1; log $log"
+    (cd "$2" && FUSEPACK_BUILD_DIR=$ab_dir/$1 FUSEPACK_TARGETS=fusepack-bench \
+      FUSEPACK_CMAKE_ARGS="-DFUSEPACK_REQUIRE_CUDA=ON ${FUSEPACK_CMAKE_ARGS:-}" bash ci/build.sh) >"$log" 2>&1 ||
+      status=$?
+    if [ $status -ne 0 ] || [ ! -x "$ab_dir/$1/bin/fusepack-bench" ]; then
+      tail -20 "$log"
+      echo "bench_ab: the build of $1 failed (exit $status); log $log" >&2
+      exit 1
+    fi
+  }
+  build base "$base_src"
+  build this "$PWD"
+fi
+
+device=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1 || true)
+echo "[bench-ab] ${device:-no nvidia-smi}; fusepack-bench $op, $rounds rounds; logs in $logs"
+for ((r = 1; r <= rounds; r++)); do
+  if ((r % 2)); then order=(base this); else order=(this base); fi
+  for side in "${order[@]}"; do
+    log=$logs/round$r-$side.log
+    echo "[bench-ab] round $r: $side"
+    status=0
+    "$ab_dir/$side/bin/fusepack-bench" "$op" >"$log" 2>&1 </dev/null || status=$?
+    if [ $status -ne 0 ]; then
+      tail -5 "$log"
+      echo "bench_ab: the $side bench failed in round $r (exit $status); log $log" >&2
+      exit 1
+    fi
+  done
+done
+python3 ci/bench_ab.py "$logs" --rounds "$rounds" --op "$op" --device "${device:-unknown device}" --base "$base"
