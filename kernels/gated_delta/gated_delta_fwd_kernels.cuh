@@ -254,8 +254,7 @@ constexpr int kLdInv = kChunk + 4;  // row stride of the inversion's fp32 square
                                     // accumulator tiles (rows 2t apart, columns g) land on 32 distinct banks
 
 // A value head's fp32 square [64][kLdInv] holds, strictly above the diagonal, Aᵀ (square[j][i] = A[i][j], i > j:
-// a row of it is a column of A, which the column-ordered substitution reads as 16-byte broadcasts), and on and
-// below it the rows of X = (I + A)^-1 as they are solved (the block rows' partial sums first). The two squares
+// a row of it is a column of A) and on and below it X = (I + A)^-1 as its 16 × 16 blocks are solved. The two squares
 // overlay the k tile, dead once Ŝ is in the warps' accumulators.
 template <typename T, int kK>
 struct WyInverseSmem {
@@ -271,92 +270,114 @@ struct WyInverseSmem {
   static constexpr std::size_t kBytes = kBeta + sizeof(float) * 2 * kChunk;
 };
 
-// The inverse is solved by blocks of 16 rows, each column in the order of the plain forward substitution
-// x_i = δ_i,c − Σ_{j<i} A[i][j] x_j (one fmaf chain over ascending j per element), so every element carries the
-// rounding of that substitution, bit for bit; only the schedule is blocked. Block row I: the panel (wy_panel) runs
-// the chains over the solved rows j < 16I for all columns c < 16I, 16 × 16I independent chains over the value
-// head's 128 threads; the block (wy_substitute) finishes them over j in the block for the columns c < 16I + 16, one
-// lane per column, column-ordered (x_j final, then every later row's accumulator takes its A[·][j] term), so the
-// rows' chains interleave and the dependent path is 16 fmaf long instead of the 120 of a row-ordered 16-row solve.
+// The inverse by 16 × 16 blocks, X_ij of rows 16i.., columns 16j.. (i >= j): the diagonal blocks
+// X_ii = (I + A_ii)^-1 by forward substitution in fp32, then the blocks below them diagonal by diagonal,
+// X_ij = −X_ii Σ_{k=j}^{i−1} A_ik X_kj, on the tensor cores over three bf16 parts per operand (fp32-level products,
+// SplitPolicy<float>) in every run: as exact as the fp32 substitution over all 64 rows (CPU emulation,
+// GatedDeltaChunked.BlockedInverseOnThreePartProductsIsAsExactAsSubstitution; two parts are not). Substitution by
+// block rows would take a panel and a block step per block row, each behind a block barrier; by blocks the four
+// diagonal blocks run at once, one warp each, and each diagonal below them is one step: 4 barriers instead of 10.
 
-// The panel of block row kI: rows 16kI + 4·hw.. + 3 of the warp hw (0..3 within the value head), columns lane and
-// (kI = 3) 32 + lane. Entries above the diagonal of X read as 0 (the square holds Aᵀ there), which leaves a chain
-// at +0 until its first nonzero term, as the plain substitution's zero x_j do.
-template <int kI>
-__device__ __forceinline__ void wy_panel(float* square, int hw, int lane) {
-  constexpr int kBase = 16 * kI;
-  int const i0 = kBase + 4 * hw, c0 = lane, c1 = 32 + lane;
-  bool const has_c0 = c0 < kBase, has_c1 = kI == 3 && lane < 16;
-  float acc0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, acc1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+// Diagonal block kI = hw of the value head's square (warp hw), one lane per column c = lane < 16, column-ordered
+// (x_j final, then every later row takes its A[·][j] term): a dependent path of 16 fmaf. The lanes read Aᵀ in the
+// block's rows above the diagonal and store X on and below it, in the same rows: the warp's reads end before its
+// stores start (__syncwarp), and no other warp touches the block in this phase.
+__device__ __forceinline__ void wy_diagonal(float* square, int hw, int lane) {
+  int const base = 16 * hw, c = lane;
+  float x[16];
+  if (c < 16) {
 #pragma unroll
-  for (int j = 0; j < kBase; ++j) {
-    float4 const a4 = *reinterpret_cast<float4 const*>(square + j * kLdInv + i0);  // A[i0 .. i0 + 3][j]
-    float const a[4] = {a4.x, a4.y, a4.z, a4.w};
-    float const x0 = j >= c0 ? square[j * kLdInv + c0] : 0.0f;
+    for (int r = 0; r < 16; ++r) x[r] = r == c ? 1.0f : 0.0f;
 #pragma unroll
-    for (int u = 0; u < 4; ++u) acc0[u] = fmaf(-a[u], x0, acc0[u]);
-    if (j >= 32) {  // the columns 32.. start at row 32
-      float const x1 = j >= c1 ? square[j * kLdInv + c1] : 0.0f;
+    for (int j = 0; j < 16; ++j) {
+      float const xj = x[j];
 #pragma unroll
-      for (int u = 0; u < 4; ++u) acc1[u] = fmaf(-a[u], x1, acc1[u]);
-    }
-  }
+      for (int q4 = (j + 1) / 4; q4 < 4; ++q4) {
+        float4 const a4 = *reinterpret_cast<float4 const*>(square + (base + j) * kLdInv + base + 4 * q4);
+        float const a[4] = {a4.x, a4.y, a4.z, a4.w};  // A[base + 4·q4 + u][base + j]
 #pragma unroll
-  for (int u = 0; u < 4; ++u) {
-    if (has_c0) square[(i0 + u) * kLdInv + c0] = acc0[u];
-    if (has_c1) square[(i0 + u) * kLdInv + c1] = acc1[u];
-  }
-}
-
-// Block row kI, column c = 32·hw + lane < 16kI + 16 (warps 0 and 1 of the value head): the columns left of the
-// block continue their panel sums, those of the block start at δ (their zero rows above the diagonal add nothing).
-// Each lane reads only its own column of X and the A entries above the diagonal, so the lanes share no result; but X
-// and Aᵀ share the block's rows, so the substitution keeps its 16 results in `x` and wy_store writes them after a
-// barrier that follows every lane's last read of A: written as they are found, a lane's store and another lane's load
-// of the same row would race. Returns whether this thread owns a column.
-template <int kI>
-__device__ __forceinline__ bool wy_substitute(float const* square, int hw, int lane, float (&x)[16]) {
-  constexpr int kBase = 16 * kI;
-  int const c = 32 * hw + lane;
-  if (hw >= 2 || c >= kBase + 16) return false;  // columns past the block row
-#pragma unroll
-  for (int r = 0; r < 16; ++r) x[r] = c < kBase ? square[(kBase + r) * kLdInv + c] : (kBase + r == c ? 1.0f : 0.0f);
-#pragma unroll
-  for (int j = 0; j < 16; ++j) {
-    float const xj = x[j];  // final: later rows only take its A[·][j] term
-#pragma unroll
-    for (int q4 = (j + 1) / 4; q4 < 4; ++q4) {
-      float4 const a4 = *reinterpret_cast<float4 const*>(square + (kBase + j) * kLdInv + kBase + 4 * q4);
-      float const a[4] = {a4.x, a4.y, a4.z, a4.w};  // A[kBase + 4·q4 + u][kBase + j]
-#pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        if (4 * q4 + u > j) x[4 * q4 + u] = fmaf(-a[u], xj, x[4 * q4 + u]);
+        for (int u = 0; u < 4; ++u) {
+          if (4 * q4 + u > j) x[4 * q4 + u] = fmaf(-a[u], xj, x[4 * q4 + u]);
+        }
       }
     }
   }
-  return true;
-}
-
-// wy_substitute's results into block row kI of X (on and below the diagonal only: above it the square holds Aᵀ).
-template <int kI>
-__device__ __forceinline__ void wy_store(float* square, int hw, int lane, float const (&x)[16]) {
-  constexpr int kBase = 16 * kI;
-  int const c = 32 * hw + lane;
+  __syncwarp();
+  if (c < 16) {
 #pragma unroll
-  for (int r = 0; r < 16; ++r) {
-    if (c <= kBase + r) square[(kBase + r) * kLdInv + c] = x[r];
+    for (int r = 0; r < 16; ++r) {
+      if (c <= r) square[(base + r) * kLdInv + base + c] = x[r];
+    }
   }
 }
 
-// Block row kI of X: the substitution, a block barrier, the store, a block barrier (every thread of the block calls
-// it).
-template <int kI>
-__device__ __forceinline__ void wy_block_row(float* square, bool active, int hw, int lane) {
-  float x[16];
-  bool const mine = active && wy_substitute<kI>(square, hw, lane, x);
-  __syncthreads();
-  if (mine) wy_store<kI>(square, hw, lane, x);
-  __syncthreads();
+// Element x[e] of an A fragment (rows m0.., k columns k0..; a_from_floats' order) lies at row m0 + g + 8·(e / 2 % 2),
+// column k0 + 2t + e % 2 + 8·(e / 4).
+__device__ __forceinline__ int wy_frag_row(int lane, int e) { return (lane >> 2) + 8 * ((e >> 1) & 1); }
+__device__ __forceinline__ int wy_frag_col(int lane, int e) { return 2 * (lane & 3) + (e & 1) + 8 * (e >> 2); }
+
+// Block (i, j) = (hw + kD, hw) of the kD-th diagonal below the diagonal blocks (warps hw < 4 − kD), transposed so
+// that the inner sum lands in the layout of the outer product's A operand:
+//   Cᵀ = Σ_{k=j}^{i−1} X_kjᵀ A_ikᵀ  (A: X_kj read transposed, zero above the diagonal of X_jj; B: Aᵀ's rows),
+//   X_ijᵀ = −Cᵀ X_iiᵀ               (A: Cᵀ from the accumulators; B: X_ii's rows, zero above its diagonal),
+// stored transposed back into the block. Every block it reads was stored before the last barrier; the block it
+// writes is read by no warp in this phase.
+template <int kD>
+__device__ __forceinline__ void wy_below_diagonal(float* square, int hw, int lane) {
+  constexpr int kP = SplitPolicy<float>::kRawParts, kOrder = SplitPolicy<float>::kOrder;
+  int const j = hw, i = hw + kD;
+  float ct[2][4] = {};
+#pragma unroll 1
+  for (int k = j; k < i; ++k) {
+    float xa[8];
+    load_a_trans_floats(square, kLdInv, 16 * j, 16 * k, lane, xa);  // X_kjᵀ[m][kk] = square[16k + kk][16j + m]
+    if (k == j) {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) xa[e] = wy_frag_row(lane, e) > wy_frag_col(lane, e) ? 0.0f : xa[e];
+    }
+    std::uint32_t a[kP][4], b0[kP][2], b1[kP][2];
+    a_from_floats<kP>(xa, a);
+    load_b_rows_x2<float, kP>(square, kLdInv, 16 * k, 16 * i, lane, b0, b1);  // B[kk][n] = A[16i + n][16k + kk]
+    mma_split<kOrder>(ct[0], a, b0);
+    mma_split<kOrder>(ct[1], a, b1);
+  }
+  std::uint32_t a[kP][4];
+  {
+    float const x[8] = {-ct[0][0], -ct[0][1], -ct[0][2], -ct[0][3], -ct[1][0], -ct[1][1], -ct[1][2], -ct[1][3]};
+    a_from_floats<kP>(x, a);
+  }
+  int const g = lane >> 2, t = lane & 3;
+  float xt[2][4] = {};
+#pragma unroll
+  for (int nt = 0; nt < 2; ++nt) {
+    // B[kk][n] = X_ii[n][kk], n = 8·nt + g, kk = 2t (+1, +8, +9); zero where kk > n (Aᵀ is stored there)
+    int const n = 8 * nt + g;
+    float const* row = square + (16 * i + n) * kLdInv + 16 * i;
+    float v[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      int const kk = 2 * t + (e & 1) + 8 * (e >> 1);
+      v[e] = kk > n ? 0.0f : row[kk];
+    }
+    std::uint32_t w[2][kP], b[kP][2];
+    split_pair<kP>(v[0], v[1], w[0]);
+    split_pair<kP>(v[2], v[3], w[1]);
+#pragma unroll
+    for (int p = 0; p < kP; ++p) {
+      b[p][0] = w[0][p];
+      b[p][1] = w[1][p];
+    }
+    mma_split<kOrder>(xt[nt], a, b);
+  }
+  // xt[nt][e] = X_ijᵀ[g + 8·(e / 2)][8·nt + 2t + e % 2] = X_ij[8·nt + 2t + e % 2][g + 8·(e / 2)]
+#pragma unroll
+  for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      int const r = 8 * nt + 2 * t + (e & 1), cc = g + 8 * (e >> 1);
+      square[(16 * i + r) * kLdInv + 16 * j + cc] = xt[nt][e];
+    }
+  }
 }
 
 // The Ŝ tile pairs (row block mb, column tiles 2np and 2np + 1, np <= mb: 10 pairs, the 20 tiles on and below the
@@ -411,8 +432,8 @@ __device__ __forceinline__ void wy_b_halves(std::uint32_t const (&a)[P][4], std:
 // readers fill them with zeros.
 // 8 warps, ~36 KB of shared memory and 64 registers per thread in 16-bit runs (the bound, met without spilling) let 4
 // blocks share a multiprocessor (fp32 runs 2): the kernel is a chain of short dependent steps (loads, cumsum, the Ŝ
-// tiles, 7 block steps), hidden by the other blocks' work; shared memory is its busiest pipe (Nsight Compute: L1 74%
-// of peak, issue 62%), so each phase reads what it needs once.
+// tiles, 4 inversion phases), hidden by the other blocks' work; shared memory is its busiest pipe (Nsight Compute:
+// L1 74% of peak, issue 62%), so each phase reads what it needs once.
 template <typename T, int kK>
 __global__ void __launch_bounds__(kWyThreads, sizeof(T) < 4 ? 4 : 1)
     gated_delta_fwd_wy_inverse(GatedDeltaFwdParams p, float* rec, __nv_bfloat16* ainv_planes) {
@@ -637,23 +658,23 @@ __global__ void __launch_bounds__(kWyThreads, sizeof(T) < 4 ? 4 : 1)
   }
   __syncthreads();
 
-  // Block rows past the chunk feed no row below L: skipped (L is the same for the whole block).
+  // Block rows past the chunk feed no row below L: skipped (L is the same for the whole block). A block (i, j) with
+  // rows past L is still solved where its first row is within L: those rows of A are zero, so X holds identity rows
+  // on the diagonal and zero rows below it there, which no stored row reads.
   float* square = reinterpret_cast<float*>(gd_smem + Sm::kSquare) + slot * kChunk * kLdInv;
-  wy_block_row<0>(square, active, hw, lane);
+  if (active && 16 * hw < L) wy_diagonal(square, hw, lane);
+  __syncthreads();
   if (16 < L) {
-    if (active) wy_panel<1>(square, hw, lane);
+    if (active && hw < 3 && 16 * (hw + 1) < L) wy_below_diagonal<1>(square, hw, lane);
     __syncthreads();
-    wy_block_row<1>(square, active, hw, lane);
   }
   if (32 < L) {
-    if (active) wy_panel<2>(square, hw, lane);
+    if (active && hw < 2 && 16 * (hw + 2) < L) wy_below_diagonal<2>(square, hw, lane);
     __syncthreads();
-    wy_block_row<2>(square, active, hw, lane);
   }
   if (48 < L) {
-    if (active) wy_panel<3>(square, hw, lane);
+    if (active && hw < 1) wy_below_diagonal<3>(square, hw, lane);
     __syncthreads();
-    wy_block_row<3>(square, active, hw, lane);
   }
 
   // Rows i < L out, 8 columns per thread: X on and below the diagonal, zeros above it (where the square holds Aᵀ).
