@@ -4,11 +4,16 @@ hottest loop go (or of the whole function, --whole). For kernels whose time is t
 warp's dependency latency, as the Gated DeltaNet recurrences (kernels/gated_delta/NOTES.md), this is the profile that
 says which source lines to shorten, without a GPU.
 
-usage: sass_lines.py [--whole] [--inner] [--arch ARCH] OBJECT KERNEL
+usage: sass_lines.py [--whole] [--inner] [--arch ARCH] [--stalls CSV] OBJECT KERNEL
   OBJECT  a cubin, or a file with cubins inside (a CMake object file such as
           build/kernels/CMakeFiles/fusepack_kernels.dir/gated_delta/gated_delta_fwd.cu.o, a library, an executable)
   KERNEL  a regular expression searched in the kernels' mangled names; it must match exactly one
           (for example 'state_chainI13__nv_bfloat16Li128')
+  --stalls CSV  where the kernel's warps waited on a GPU, not only what it executes: Nsight Compute's source page of
+          one launch of the same build, as CSV (ncu --section SourceCounters -o REP ...; then ncu -i REP --page source
+          --csv --print-source sass > CSV). Each line then shows its share of the warp-stall samples and its most
+          sampled stall reasons. The listing's instructions and the CSV's are paired in order, and every pair must
+          have the same opcode: a CSV of another build or kernel is refused.
 
 Each instruction counts against the kernel's own source line it came from: the call site in the kernel body for code
 inlined from helpers (--inner: the innermost line instead). The loop is the backward branch that spans the most
@@ -19,6 +24,8 @@ $CUDA_HOME/bin or in /usr/local/cuda/bin.
 Exit status 0 on success, 2 on a usage error (no such file, no or several matching kernels, no tool)."""
 import argparse
 import collections
+import csv
+import io
 import os
 import re
 import shutil
@@ -167,6 +174,82 @@ def attribute(instrs, inner=False):
     return out
 
 
+STALL_SAMPLES = "Warp Stall Sampling (All Samples)"
+
+
+def number(text):
+    """A count as Nsight Compute prints it ('1,234', '', '0')."""
+    text = (text or "").replace(",", "").strip()
+    try:
+        return float(text) if text else 0.0
+    except ValueError:
+        raise UsageError(f"'{text}' in the stall CSV is not a number") from None
+
+
+def stall_tables(text):
+    """[(kernel name, [(SASS text, samples, {reason: samples})])] of an ncu source page as CSV, in address order. A
+    table starts at a 'Kernel Name' or 'Function Name' row; its header is a row with an 'Address' column, and its
+    instructions the rows with an address (0x...). With --print-source cuda,sass the page repeats the function once per
+    source file, its SASS rows under their lines (the SASS text in the 'Source' column after 'Address'): the sections
+    of one function are merged, each address kept once. Reasons are the header's columns named stall_<reason>."""
+    tables, header, where = {}, None, None
+    for row in csv.reader(io.StringIO(text)):
+        if not row:
+            continue
+        if row[0] in ("Kernel Name", "Function Name"):
+            where = tables.setdefault(row[1] if len(row) > 1 else "", {})
+            header = None
+        elif "Address" in row:
+            for column in ("Source", STALL_SAMPLES):
+                if column not in row:
+                    raise UsageError(f"the stall CSV's header has no '{column}' column (ncu --page source --csv "
+                                     f"--print-source sass of a report with the SourceCounters section)")
+            address = row.index("Address")
+            sources = [i for i, c in enumerate(row) if c == "Source"]
+            header = (row, address, next((i for i in sources if i > address), sources[0]), row.index(STALL_SAMPLES),
+                      [(c[len("stall_"):], i) for i, c in enumerate(row) if re.fullmatch(r"stall_[a-z_]+", c)])
+            if where is None:
+                where = tables.setdefault("", {})
+        elif header is not None and len(row) == len(header[0]) and row[header[1]].startswith("0x"):
+            _, address, source, samples, reasons = header
+            where.setdefault(int(row[address], 16), (row[source].strip(), number(row[samples]),
+                                                     {r: number(row[i]) for r, i in reasons}))
+    tables = [(name, [rows[a] for a in sorted(rows)]) for name, rows in tables.items() if rows]
+    if not tables:
+        raise UsageError("the stall CSV holds no instructions (expected an 'Address' header row, then one row per "
+                         "SASS instruction)")
+    return tables
+
+
+def pair_stalls(instrs, tables, name):
+    """The stall rows of the one table whose instructions are the listing's, in order, opcode for opcode; UsageError
+    saying how each table differs otherwise."""
+    why = []
+    for kernel, rows in tables:
+        label = f"the table of {kernel}" if kernel else "the table"
+        if len(rows) != len(instrs):
+            why.append(f"{label} has {len(rows)} instructions, {name} {len(instrs)}")
+            continue
+        bad = next((i for i, ((text, _), row) in enumerate(zip(instrs, rows)) if opcode(text) != opcode(row[0])),
+                   None)
+        if bad is not None:
+            why.append(f"{label}: instruction {bad} is {opcode(rows[bad][0])} there, {opcode(instrs[bad][0])} in "
+                       f"the listing")
+            continue
+        return rows
+    raise UsageError("the stall CSV is not of this build's kernel: " + "; ".join(why))
+
+
+def attribute_stalls(instrs, rows, inner=False):
+    """{(file, line): (samples, Counter of stall reasons)} over paired instructions and stall rows."""
+    out = collections.defaultdict(lambda: [0.0, collections.Counter()])
+    for (text, frames), (_, samples, reasons) in zip(instrs, rows):
+        where = (frames[0] if inner else frames[-1]) if frames else (None, 0)
+        out[where][0] += samples
+        out[where][1].update({r: v for r, v in reasons.items() if v})
+    return out
+
+
 def source_text(path, line, cache={}):  # noqa: B006 (a cache on purpose)
     if path not in cache:
         try:
@@ -193,6 +276,24 @@ def report(name, instrs, span, counts):
     return "\n".join(rows)
 
 
+def report_stalls(name, instrs, span, counts, stalls):
+    """report()'s table with each line's warp-stall samples first, sorted by them: the lines the warps waited at."""
+    first, last = span
+    total = sum(v[0] for v in stalls.values())
+    what = "whole function" if (first, last) == (0, len(instrs) - 1) else f"hottest loop (instructions {first}..{last})"
+    rows = [f"{name}: {what}, {total:.0f} warp-stall samples on {last - first + 1} instructions",
+            f"{'samples':>8}  {'share':>5}  {'instr':>5}  {'where':<40}  {'top stall reasons':<44}  source"]
+    if total == 0:
+        return "\n".join(rows[:1] + ["no samples fell in this span (the kernel ran too briefly, or another span)"])
+    for (path, line), (samples, reasons) in sorted(stalls.items(), key=lambda kv: -kv[1][0]):
+        n = sum(counts[(path, line)].values())
+        where = f"{os.path.basename(path)}:{line}" if path else "(no line info)"
+        top = " ".join(f"{r}:{100 * v / samples:.0f}%" for r, v in reasons.most_common(3)) if samples else ""
+        rows.append(f"{samples:8.0f}  {100 * samples / total:4.1f}%  {n:5d}  {where:<40}  {top:<44}  "
+                    f"{source_text(path, line)[:70] if path else ''}")
+    return "\n".join(rows)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -201,6 +302,8 @@ def main(argv=None):
     parser.add_argument("--whole", action="store_true", help="count the whole function, not its hottest loop")
     parser.add_argument("--inner", action="store_true", help="count against the innermost source line (the helper's)")
     parser.add_argument("--arch", help="the cubin's architecture in an object holding several (for example sm_90a)")
+    parser.add_argument("--stalls", metavar="CSV", help="Nsight Compute's source page of one launch of this kernel "
+                        "(ncu -i REP --page source --csv --print-source sass): warp-stall samples per line")
     parser.add_argument("--from-sass", metavar="FILE", help=argparse.SUPPRESS)  # an nvdisasm -c -gi listing (tests)
     args = parser.parse_args(argv)
     try:
@@ -219,7 +322,17 @@ def main(argv=None):
             span = (0, len(instrs) - 1)
         if not any(frames for _, frames in instrs):
             print(f"sass_lines: {name} carries no line info; build with nvcc -lineinfo", file=sys.stderr)
-        print(report(name, instrs, span, attribute(instrs[span[0]:span[1] + 1], args.inner)))
+        counts = attribute(instrs[span[0]:span[1] + 1], args.inner)
+        if args.stalls:
+            try:
+                with open(args.stalls, encoding="utf-8", errors="replace") as f:
+                    rows = pair_stalls(instrs, stall_tables(f.read()), name)
+            except OSError as e:
+                raise UsageError(f"cannot read the stall CSV {args.stalls}: {e.strerror}") from None
+            stalls = attribute_stalls(instrs[span[0]:span[1] + 1], rows[span[0]:span[1] + 1], args.inner)
+            print(report_stalls(name, instrs, span, counts, stalls))
+        else:
+            print(report(name, instrs, span, counts))
         return 0
     except UsageError as e:
         print(f"sass_lines: {e}", file=sys.stderr)
