@@ -85,13 +85,18 @@ class Parsing(unittest.TestCase):
         self.assertEqual(sass_lines.opcode("HMMA.16816.F32.BF16 R12, R4, R6, R12"), "HMMA")
 
 
-class Command(unittest.TestCase):
+class ListingFile(unittest.TestCase):
+    """LISTING in a file of a temporary directory, as --from-sass reads it."""
+
     def setUp(self):
         self.dir = tempfile.TemporaryDirectory()
         self.addCleanup(self.dir.cleanup)
         self.sass = os.path.join(self.dir.name, "listing.sass")
         with open(self.sass, "w", encoding="utf-8") as f:
             f.write(LISTING)
+
+
+class Command(ListingFile):
 
     def test_reports_the_hottest_loop(self):
         status, out, _ = run(["--from-sass", self.sass, "unused.o", "chainPf"])
@@ -145,14 +150,7 @@ def stall_csv(rows=STALL_ROWS, kernel="chain(float *)"):
     return "\n".join(lines) + "\n"
 
 
-class Stalls(unittest.TestCase):
-    def setUp(self):
-        self.dir = tempfile.TemporaryDirectory()
-        self.addCleanup(self.dir.cleanup)
-        self.sass = os.path.join(self.dir.name, "listing.sass")
-        with open(self.sass, "w", encoding="utf-8") as f:
-            f.write(LISTING)
-
+class Stalls(ListingFile):
     def csv_file(self, text):
         path = os.path.join(self.dir.name, "stalls.csv")
         with open(path, "w", encoding="utf-8") as f:
