@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # A/B benchmark of a kernel change: fusepack-bench of a base tree (the code before) and of this tree (the code after),
 # both built and run here in one call, since timings taken on other machines or at other times do not compare.
-# Builds fusepack-bench of BASE with BASE's own ci/build.sh into $AB_DIR/base and of this tree into $AB_DIR/this
-# (FUSEPACK_REQUIRE_CUDA=ON, the dependencies of ci/gpu_env.sh), then runs both benches for OP in each round, base
-# first in odd rounds and this tree first in even ones, so that a drift of the GPU's clocks over the call does not
-# favour one side. Prints a Markdown table (ci/bench_ab.py): per shape and pass, the fused ms of every round on each
-# side, their means and the change (this - base) / base.
+# Builds fusepack-bench of BASE with BASE's own ci/build.sh into $AB_DIR/base and of this tree into $AB_DIR/this, both
+# at once on half the jobs each (FUSEPACK_REQUIRE_CUDA=ON, the dependencies of ci/gpu_env.sh), then runs both benches
+# for OP in each round, base first in odd rounds and this tree first in even ones, so that a drift of the GPU's clocks
+# over the call does not favour one side. Prints a Markdown table (ci/bench_ab.py): per shape and pass, the fused ms
+# of every round on each side, their means and the change (this - base) / base.
 #   ci/bench_ab.sh BASE [OP] [--rounds N]
 #     BASE        the code before: a fusepack source tree, or a .tar.gz of one, unpacked afresh into $AB_DIR/base-src;
 #                 on the development machine: git archive --format=tar.gz -o .deps/base.tar.gz main
@@ -79,20 +79,34 @@ else
       base_src=${inner[0]%/ci/build.sh}
     fi
   fi
-  build() {  # side, source tree
-    local log=$logs/build-$1.log status=0
-    echo "[bench-ab] building fusepack-bench of $1 ($2) into $ab_dir/$1; log $log"
-    (cd "$2" && FUSEPACK_BUILD_DIR=$ab_dir/$1 FUSEPACK_TARGETS=fusepack-bench \
-      FUSEPACK_CMAKE_ARGS="-DFUSEPACK_REQUIRE_CUDA=ON ${FUSEPACK_CMAKE_ARGS:-}" bash ci/build.sh) >"$log" 2>&1 ||
-      status=$?
-    if [ $status -ne 0 ] || [ ! -x "$ab_dir/$1/bin/fusepack-bench" ]; then
-      tail -20 "$log"
-      echo "bench_ab: the build of $1 failed (exit $status); log $log" >&2
-      exit 1
-    fi
+  # Both builds at once, half the jobs each: a build's last minutes are a few long nvcc compiles that leave most cores
+  # idle, and the GPU machine's time is what an A/B call spends.
+  jobs_each=$(( (FUSEPACK_JOBS + 1) / 2 ))
+  build() {  # side, source tree: exit status 0 when its fusepack-bench was built
+    (cd "$2" && FUSEPACK_BUILD_DIR=$ab_dir/$1 FUSEPACK_JOBS=$jobs_each FUSEPACK_TARGETS=fusepack-bench \
+      FUSEPACK_CMAKE_ARGS="-DFUSEPACK_REQUIRE_CUDA=ON ${FUSEPACK_CMAKE_ARGS:-}" bash ci/build.sh) \
+      >"$logs/build-$1.log" 2>&1
   }
-  build base "$base_src"
-  build this "$PWD"
+  echo "[bench-ab] building fusepack-bench of base ($base_src) and of this tree ($PWD) at once, $jobs_each jobs" \
+    "each, into $ab_dir/base and $ab_dir/this; logs $logs/build-base.log, $logs/build-this.log"
+  build base "$base_src" &
+  base_pid=$!
+  build this "$PWD" &
+  this_pid=$!
+  base_status=0 this_status=0
+  wait $base_pid || base_status=$?
+  wait $this_pid || this_status=$?
+  failed=0
+  for side in base this; do
+    status=$base_status
+    [ $side = this ] && status=$this_status
+    if [ "$status" -ne 0 ] || [ ! -x "$ab_dir/$side/bin/fusepack-bench" ]; then
+      tail -20 "$logs/build-$side.log"
+      echo "bench_ab: the build of $side failed (exit $status); log $logs/build-$side.log" >&2
+      failed=1
+    fi
+  done
+  [ $failed -eq 0 ] || exit 1
 fi
 
 device=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1 || true)

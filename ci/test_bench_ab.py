@@ -3,12 +3,13 @@ whole runs in a copy of its scripts without .deps/, against stand-ins for the tw
 reports and record the order they ran in), for nvidia-smi, and, for the builds, for ci/build.sh, dpkg and torch:
 python3 -m unittest ci/test_bench_ab.py
 
-Planted while writing them: the parser taking the composite's column fails the parse and table tests; the script
-running base first in every round fails the order tests; the change as (base - this) / base fails the table tests; the
-script sourcing ci/gpu_env.sh with FUSEPACK_AB_SKIP_BUILD=1 fails every whole run (".deps/debs is missing"); the
-script ignoring a bench's exit status fails the failure test; the base's build dir passed as a relative path (a build
-inside the base tree) fails the build tests. Found while writing them: grep -q on a tarball's listing stops reading at
-the match, and tar's SIGPIPE then fails the pipeline under pipefail; the tarball test's long listing catches it."""
+Planted while writing them: the parser taking the composite's column fails the parse and table tests; the script running
+base first in every round fails the order tests; the change as (base - this) / base fails the table tests; the script
+sourcing ci/gpu_env.sh with FUSEPACK_AB_SKIP_BUILD=1 fails every whole run (".deps/debs is missing"); the script
+ignoring a bench's exit status fails the failure test; the base's build dir passed as a relative path (a build inside
+the base tree) fails the build tests; running the two builds one after the other fails the build test (each stand-in
+build waits for the other's start). Found while writing them: grep -q on a tarball's listing stops reading at the match,
+and tar's SIGPIPE then fails the pipeline under pipefail; the tarball test's long listing catches it."""
 import io
 import os
 import stat
@@ -73,14 +74,24 @@ cat "$AB_REPORTS/SIDE-$n.txt"
 """
 
 # A stand-in for a tree's ci/build.sh: what it was given into $AB_RECORD/build-TREE, then the stand-in bench of its
-# tree into the build dir.
+# tree into the build dir. With AB_CONCURRENT set it fails unless the other tree's build starts while it runs (each
+# waits up to 5 s for the other's mark).
 FAKE_BUILD = """#!/usr/bin/env bash
 set -euo pipefail
-printf '%s\\n' "pwd=$PWD" "build_dir=$FUSEPACK_BUILD_DIR" "targets=$FUSEPACK_TARGETS" \\
+printf '%s\\n' "pwd=$PWD" "build_dir=$FUSEPACK_BUILD_DIR" "targets=$FUSEPACK_TARGETS" "jobs=$FUSEPACK_JOBS" \\
   "cmake_args=$FUSEPACK_CMAKE_ARGS" "prefix_path=$CMAKE_PREFIX_PATH" "cpath=$CPATH" > "$AB_RECORD/build-TREE"
+if [ -n "${AB_CONCURRENT:-}" ]; then
+  touch "$AB_RECORD/started-TREE"
+  for _ in $(seq 100); do [ -e "$AB_RECORD/started-OTHER" ] && break; sleep 0.05; done
+  [ -e "$AB_RECORD/started-OTHER" ] || { echo "the build of OTHER did not run beside this one" >&2; exit 4; }
+fi
 mkdir -p "$FUSEPACK_BUILD_DIR/bin"
 cp "$AB_STANDINS/bench-TREE" "$FUSEPACK_BUILD_DIR/bin/fusepack-bench"
 """
+
+
+def fake_build(tree):
+    return FAKE_BUILD.replace("TREE", tree).replace("OTHER", "this" if tree == "base" else "base")
 
 FAKE_NVIDIA_SMI = '#!/bin/sh\necho "NVIDIA H200, 580.95.05"\n'
 # dpkg -x DEB DIR: records the .deb and leaves a file in DIR.
@@ -179,7 +190,7 @@ class Script(unittest.TestCase):
         write(os.path.join(self.fake_bin, "nvidia-smi"), FAKE_NVIDIA_SMI, executable=True)
         # The base tree, as a directory beside the copy.
         self.base = os.path.join(root, "base")
-        write(os.path.join(self.base, "ci", "build.sh"), FAKE_BUILD.replace("TREE", "base"), executable=True)
+        write(os.path.join(self.base, "ci", "build.sh"), fake_build("base"), executable=True)
 
     def tearDown(self):
         self.tmp.cleanup()
@@ -293,7 +304,7 @@ class Script(unittest.TestCase):
 
     def test_building_both_trees(self):
         # This tree's build script, .deps with one package, and stand-ins for dpkg and torch.
-        write(os.path.join(self.repo, "ci", "build.sh"), FAKE_BUILD.replace("TREE", "this"), executable=True)
+        write(os.path.join(self.repo, "ci", "build.sh"), fake_build("this"), executable=True)
         write(os.path.join(self.repo, ".deps", "debs", "libfake-dev_1.0_amd64.deb"), "")
         write(os.path.join(self.fake_bin, "dpkg"), FAKE_DPKG, executable=True)
         fake_py = os.path.join(self.tmp.name, "fake-py")
@@ -304,7 +315,8 @@ class Script(unittest.TestCase):
             tar.add(os.path.join(self.base, "ci"), arcname="fusepack/ci")  # git archive --prefix=fusepack/
         write(os.path.join(self.ab_dir, "base-src", "stale"), "")
         status, out, err = self.run_script(tarball, "--rounds", "1", skip_build=False, PYTHONPATH=fake_py,
-                                           FUSEPACK_CMAKE_ARGS="-DFUSEPACK_CUDA_ARCHS=90a", CPATH="/usr/x")
+                                           FUSEPACK_CMAKE_ARGS="-DFUSEPACK_CUDA_ARCHS=90a", CPATH="/usr/x",
+                                           FUSEPACK_JOBS="5", AB_CONCURRENT="1")
         self.assertEqual(status, 0, out + err)
         self.assertEqual(self.order_of_runs(), ["base", "this"])
         self.assertFalse(os.path.exists(os.path.join(self.ab_dir, "base-src", "stale")))
@@ -313,7 +325,7 @@ class Script(unittest.TestCase):
             with open(os.path.join(self.record, f"build-{tree}")) as f:
                 got = dict(line.split("=", 1) for line in f.read().splitlines())
             self.assertEqual(got, {"pwd": src, "build_dir": os.path.join(self.ab_dir, tree),
-                                   "targets": "fusepack-bench",
+                                   "targets": "fusepack-bench", "jobs": "3",
                                    "cmake_args": "-DFUSEPACK_REQUIRE_CUDA=ON -DFUSEPACK_CUDA_ARCHS=90a",
                                    "prefix_path": f"{deps}/usr;/opt/torch/share/cmake",
                                    "cpath": f"{deps}/usr/include:/usr/x"}, tree)
@@ -333,7 +345,14 @@ class Script(unittest.TestCase):
         self.assertEqual(status, 1, out + err)
         self.assertIn("compile error", out)
         self.assertIn(f"bench_ab: the build of this failed (exit 3); log {self.ab_dir}/logs/build-this.log", err)
+        self.assertNotIn("the build of base failed", err)
         self.assertEqual(self.order_of_runs(), [])
+        # Both failing: each is named (neither build's failure hides the other's).
+        write(os.path.join(self.base, "ci", "build.sh"), "#!/bin/sh\necho 'base error' >&2\nexit 5\n")
+        status, out, err = self.run_script("base", skip_build=False, PYTHONPATH=fake_py)
+        self.assertEqual(status, 1, out + err)
+        self.assertIn(f"bench_ab: the build of base failed (exit 5); log {self.ab_dir}/logs/build-base.log", err)
+        self.assertIn("bench_ab: the build of this failed (exit 3)", err)
 
 
 if __name__ == "__main__":
