@@ -9,11 +9,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 #include <thread>
 
 namespace fusepack::test {
@@ -36,9 +39,12 @@ Process spawn_process(std::vector<std::string> const& argv, std::map<std::string
                       std::string const& log) {
   Process p;
   p.log = log;
+  // Emptied here, before the fork: opened in the child, a caller that reads the log right away (wait_for_step_lines)
+  // could still find an earlier process's lines in it.
+  int const fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) throw std::runtime_error("spawn_process: cannot open the log " + log + ": " + std::strerror(errno));
   p.pid = ::fork();
   if (p.pid == 0) {
-    int const fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     ::dup2(fd, 1);
     ::dup2(fd, 2);
     for (auto const& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
@@ -49,6 +55,7 @@ Process spawn_process(std::vector<std::string> const& argv, std::map<std::string
     std::perror("execv");
     ::_exit(127);
   }
+  ::close(fd);
   return p;
 }
 

@@ -24,7 +24,8 @@ struct Process {
   std::string log;
 };
 
-// Starts `argv` (argv[0]: the executable's path) with `env` added to this process's environment.
+// Starts `argv` (argv[0]: the executable's path) with `env` added to this process's environment. `log` is empty when
+// it returns (an earlier process's output there is gone); std::runtime_error when it cannot be opened.
 Process spawn_process(std::vector<std::string> const& argv, std::map<std::string, std::string> const& env,
                       std::string const& log);
 // Its exit code (128 + N when killed by signal N), or -1 when `limit` passed first (it is then killed). `seconds`,

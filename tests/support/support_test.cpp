@@ -1,6 +1,7 @@
 // The test helpers are themselves tested: a checker that cannot fail would make every test built on it worthless.
 #include "tests/support/env.h"
 #include "tests/support/expect.h"
+#include "tests/support/run_binary.h"
 #include "verify/compare.h"
 #include "verify/dtype.h"
 #include "verify/gradcheck.h"
@@ -8,9 +9,12 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <stdexcept>
 
 namespace fusepack::test {
 namespace {
@@ -107,6 +111,25 @@ TEST(Env, TestSeedDependsOnTheTestNotOnOrder) {
   std::uint64_t const a = test_seed();
   EXPECT_EQ(a, test_seed());
   EXPECT_NE(a, global_seed());
+}
+
+// A log reused by a later process holds none of the earlier one's lines once spawn_process returns: a caller waiting
+// for step lines (wait_for_step_lines) would otherwise count the earlier run's. Planted: the log opened (and so
+// emptied) in the child after the fork, as it was; a read right after the return then found the earlier lines in 12
+// of 20 single tries, so the test tries 10 times (all 10 missing it: ~1e-4 at that rate).
+TEST(SpawnProcess, TheLogHoldsNothingOfAnEarlierProcessWhenItReturns) {
+  std::string const log = test_temp_path("spawn", ".log");
+  for (int attempt = 0; attempt < 10; ++attempt) {
+    {
+      std::ofstream out(log);
+      out << "step 0/2 of an earlier run\nstep 1/2 of an earlier run\n";
+    }
+    Process const p = spawn_process({"/bin/sh", "-c", "sleep 0.05; echo step 0/1"}, {}, log);
+    EXPECT_EQ(read_text_file(log), "") << "attempt " << attempt;
+    EXPECT_EQ(wait_process(p, std::chrono::seconds(30)), 0);
+    EXPECT_EQ(read_text_file(log), "step 0/1\n");
+  }
+  EXPECT_THROW(spawn_process({"/bin/true"}, {}, test_temp_path("no_such_dir", "") + "/run.log"), std::runtime_error);
 }
 
 }  // namespace
