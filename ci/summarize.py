@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Prints the gate's summary from a CTest JUnit file: results per CTest label, the failing tests, and the worst
-error-budget share per test suite and checked tensor (from the "[  check   ]" lines that tests print).
+error-budget share per test suite and checked tensor (from the "[  check   ]" lines that tests print), then per dtype
+for the cases named for one (parameterised cases such as .../fp32_lean_chain_...).
 
 usage: summarize.py BUILD_DIR JUNIT_XML
 Exit status 0 when no test failed, 1 otherwise."""
@@ -63,6 +64,44 @@ def add_checks(worst, system_out):
                 worst[key] = (share, m.group(2), float(m.group(4)), float(m.group(5)))
 
 
+DTYPES = ("bf16", "fp16", "fp32", "fp64")
+
+
+def dtype_of(check_name):
+    """The dtype a parameterised case is named for, from the first word of its parameter name
+    ('Sm90/GatedDeltaFused.MatchesReference/fp32_lean_chain_x' -> fp32, 'Sm90/Conv1dFused.Backward/bf16' -> bf16);
+    None without one."""
+    test = check_name.split(".", 1)[1] if "." in check_name else ""
+    if "/" not in test:
+        return None
+    first = test.rsplit("/", 1)[1].split("_")[0]
+    return first if first in DTYPES else None
+
+
+def add_checks_by_dtype(worst, system_out):
+    """Keeps in `worst` the largest budget share per (suite, checked tensor) and dtype, {(suite, tensor): {dtype:
+    share}}, over the "[  check   ]" lines of parameterised cases named for a dtype."""
+    for line in system_out.splitlines():
+        m = CHECK.match(line)
+        dtype = dtype_of(m.group(1)) if m else None
+        if dtype:
+            shares = worst.setdefault((suite_of(m.group(1)), m.group(3).split(" ")[0]), {})
+            shares[dtype] = max(shares.get(dtype, 0.0), float(m.group(6)))
+
+
+def by_dtype_table(worst):
+    """The worst budget share per suite, tensor and dtype as console lines; none when no case is named for a dtype."""
+    if not worst:
+        return []
+    dtypes = [d for d in DTYPES if any(d in shares for shares in worst.values())]
+    lines = ["\nworst budget used by dtype (cases named for one):",
+             f"{'suite':<22} {'checked':<22} " + " ".join(f"{d:>8}" for d in dtypes)]
+    for (suite, tensor), shares in sorted(worst.items()):
+        cells = [f"{shares[d]:.3g}%" if d in shares else "-" for d in dtypes]
+        lines.append(f"{suite:<22} {tensor:<22} " + " ".join(f"{c:>8}" for c in cells))
+    return lines
+
+
 def main():
     build_dir, junit = sys.argv[1], sys.argv[2]
     labels = tests_by_label(build_dir)
@@ -72,7 +111,7 @@ def main():
         print(f"GATE FAILED: no CTest JUnit report to summarize ({e}); see the test log")
         return 1
     per_label = {}
-    failed, worst = [], {}
+    failed, worst, worst_by_dtype = [], {}, {}
     for case in root.iter("testcase"):
         name, state = case.get("name"), case_state(case)
         for label in labels.get(name, ["(no label)"]):
@@ -80,6 +119,7 @@ def main():
         if state == "failed":
             failed.append(name)
         add_checks(worst, case.findtext("system-out") or "")
+        add_checks_by_dtype(worst_by_dtype, case.findtext("system-out") or "")
 
     print("\n== fusepack summary ==")
     print(f"{'label':<12} {'passed':>7} {'failed':>7} {'skipped':>8}")
@@ -91,6 +131,8 @@ def main():
         print(f"\n{'suite':<22} {'checked':<22} {'worst max_abs':>13} {'max_rel':>9} {'budget used':>12}")
         for (suite, tensor), (share, verdict, max_abs, max_rel) in sorted(worst.items()):
             print(f"{suite:<22} {tensor:<22} {max_abs:>13.3g} {max_rel:>9.3g} {share:>11.3g}% {verdict}")
+    for line in by_dtype_table(worst_by_dtype):
+        print(line)
     total = {k: sum(c[k] for c in per_label.values()) for k in ("passed", "failed", "skipped")}
     tests = len(list(root.iter("testcase")))
     if failed:
