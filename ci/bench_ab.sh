@@ -89,17 +89,15 @@ else
   }
   echo "[bench-ab] building fusepack-bench of base ($base_src) and of this tree ($PWD) at once, $jobs_each jobs" \
     "each, into $ab_dir/base and $ab_dir/this; logs $logs/build-base.log, $logs/build-this.log"
+  declare -A build_pid
   build base "$base_src" &
-  base_pid=$!
+  build_pid[base]=$!
   build this "$PWD" &
-  this_pid=$!
-  base_status=0 this_status=0
-  wait $base_pid || base_status=$?
-  wait $this_pid || this_status=$?
+  build_pid[this]=$!
   failed=0
   for side in base this; do
-    status=$base_status
-    [ $side = this ] && status=$this_status
+    status=0
+    wait "${build_pid[$side]}" || status=$?
     if [ "$status" -ne 0 ] || [ ! -x "$ab_dir/$side/bin/fusepack-bench" ]; then
       tail -20 "$logs/build-$side.log"
       echo "bench_ab: the build of $side failed (exit $status); log $logs/build-$side.log" >&2

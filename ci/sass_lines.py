@@ -165,12 +165,17 @@ def opcode(text):
     return word.split(".")[0]
 
 
+def source_line(frames, inner=False):
+    """(file, line) an instruction counts against: the kernel body's line, or the innermost with `inner`; (None, 0)
+    without line info."""
+    return (frames[0] if inner else frames[-1]) if frames else (None, 0)
+
+
 def attribute(instrs, inner=False):
     """{(file, line): Counter of opcodes} over `instrs`; (None, 0) for instructions without line info."""
     out = collections.defaultdict(collections.Counter)
     for text, frames in instrs:
-        where = (frames[0] if inner else frames[-1]) if frames else (None, 0)
-        out[where][opcode(text)] += 1
+        out[source_line(frames, inner)][opcode(text)] += 1
     return out
 
 
@@ -243,8 +248,8 @@ def pair_stalls(instrs, tables, name):
 def attribute_stalls(instrs, rows, inner=False):
     """{(file, line): (samples, Counter of stall reasons)} over paired instructions and stall rows."""
     out = collections.defaultdict(lambda: [0.0, collections.Counter()])
-    for (text, frames), (_, samples, reasons) in zip(instrs, rows):
-        where = (frames[0] if inner else frames[-1]) if frames else (None, 0)
+    for (_, frames), (_, samples, reasons) in zip(instrs, rows):
+        where = source_line(frames, inner)
         out[where][0] += samples
         out[where][1].update({r: v for r, v in reasons.items() if v})
     return out
@@ -261,15 +266,23 @@ def source_text(path, line, cache={}):  # noqa: B006 (a cache on purpose)
     return lines[line - 1].strip() if 0 < line <= len(lines) else ""
 
 
-def report(name, instrs, span, counts):
+def where_text(path, line):
+    return f"{os.path.basename(path)}:{line}" if path else "(no line info)"
+
+
+def span_text(instrs, span):
     first, last = span
+    return "whole function" if span == (0, len(instrs) - 1) else f"hottest loop (instructions {first}..{last})"
+
+
+def report(name, instrs, span, counts):
     total = sum(sum(c.values()) for c in counts.values())
-    what = "whole function" if (first, last) == (0, len(instrs) - 1) else f"hottest loop (instructions {first}..{last})"
+    what = span_text(instrs, span)
     rows = [f"{name}: {what}, {total} instructions of {len(instrs)}",
             f"{'count':>6}  {'share':>5}  {'where':<40}  {'top opcodes':<44}  source"]
     for (path, line), ops in sorted(counts.items(), key=lambda kv: (kv[0][0] or "", kv[0][1])):
         n = sum(ops.values())
-        where = f"{os.path.basename(path)}:{line}" if path else "(no line info)"
+        where = where_text(path, line)
         top = " ".join(f"{op}:{k}" for op, k in ops.most_common(4))
         rows.append(f"{n:6d}  {100 * n / total:4.1f}%  {where:<40}  {top:<44}  "
                     f"{source_text(path, line)[:70] if path else ''}")
@@ -280,14 +293,14 @@ def report_stalls(name, instrs, span, counts, stalls):
     """report()'s table with each line's warp-stall samples first, sorted by them: the lines the warps waited at."""
     first, last = span
     total = sum(v[0] for v in stalls.values())
-    what = "whole function" if (first, last) == (0, len(instrs) - 1) else f"hottest loop (instructions {first}..{last})"
+    what = span_text(instrs, span)
     rows = [f"{name}: {what}, {total:.0f} warp-stall samples on {last - first + 1} instructions",
             f"{'samples':>8}  {'share':>5}  {'instr':>5}  {'where':<40}  {'top stall reasons':<44}  source"]
     if total == 0:
         return "\n".join(rows[:1] + ["no samples fell in this span (the kernel ran too briefly, or another span)"])
     for (path, line), (samples, reasons) in sorted(stalls.items(), key=lambda kv: -kv[1][0]):
         n = sum(counts[(path, line)].values())
-        where = f"{os.path.basename(path)}:{line}" if path else "(no line info)"
+        where = where_text(path, line)
         top = " ".join(f"{r}:{100 * v / samples:.0f}%" for r, v in reasons.most_common(3)) if samples else ""
         rows.append(f"{samples:8.0f}  {100 * samples / total:4.1f}%  {n:5d}  {where:<40}  {top:<44}  "
                     f"{source_text(path, line)[:70] if path else ''}")

@@ -52,9 +52,10 @@ def case_state(case):
     return "passed"
 
 
-def add_checks(worst, system_out):
+def add_checks(worst, system_out, by_dtype=None):
     """Keeps in `worst` the largest budget share per (suite, checked tensor) of the "[  check   ]" lines in
-    `system_out`, as (share, verdict, max_abs, max_rel)."""
+    `system_out`, as (share, verdict, max_abs, max_rel); and in `by_dtype`, when given, the largest share per (suite,
+    checked tensor) and dtype, {(suite, tensor): {dtype: share}}, of the cases named for a dtype (dtype_of)."""
     for line in system_out.splitlines():
         m = CHECK.match(line)
         if m:
@@ -62,6 +63,10 @@ def add_checks(worst, system_out):
             share = float(m.group(6))
             if key not in worst or share > worst[key][0]:
                 worst[key] = (share, m.group(2), float(m.group(4)), float(m.group(5)))
+            dtype = dtype_of(m.group(1)) if by_dtype is not None else None
+            if dtype:
+                shares = by_dtype.setdefault(key, {})
+                shares[dtype] = max(shares.get(dtype, 0.0), share)
 
 
 DTYPES = ("bf16", "fp16", "fp32", "fp64")
@@ -76,17 +81,6 @@ def dtype_of(check_name):
         return None
     first = test.rsplit("/", 1)[1].split("_")[0]
     return first if first in DTYPES else None
-
-
-def add_checks_by_dtype(worst, system_out):
-    """Keeps in `worst` the largest budget share per (suite, checked tensor) and dtype, {(suite, tensor): {dtype:
-    share}}, over the "[  check   ]" lines of parameterised cases named for a dtype."""
-    for line in system_out.splitlines():
-        m = CHECK.match(line)
-        dtype = dtype_of(m.group(1)) if m else None
-        if dtype:
-            shares = worst.setdefault((suite_of(m.group(1)), m.group(3).split(" ")[0]), {})
-            shares[dtype] = max(shares.get(dtype, 0.0), float(m.group(6)))
 
 
 def by_dtype_table(worst):
@@ -118,8 +112,7 @@ def main():
             per_label.setdefault(label, {"passed": 0, "failed": 0, "skipped": 0})[state] += 1
         if state == "failed":
             failed.append(name)
-        add_checks(worst, case.findtext("system-out") or "")
-        add_checks_by_dtype(worst_by_dtype, case.findtext("system-out") or "")
+        add_checks(worst, case.findtext("system-out") or "", worst_by_dtype)
 
     print("\n== fusepack summary ==")
     print(f"{'label':<12} {'passed':>7} {'failed':>7} {'skipped':>8}")

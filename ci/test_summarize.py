@@ -29,14 +29,14 @@ class ByDtype(unittest.TestCase):
 
     def test_the_worst_share_per_suite_tensor_and_dtype(self):
         worst = {}
-        summarize.add_checks_by_dtype(worst, "\n".join([
+        summarize.add_checks({}, "\n".join([
             check("Sm90/GatedDeltaFused.MatchesReference/fp32_lean_chain_a", "dbeta", 59.2),
             check("Sm90/GatedDeltaFused.MatchesReference/fp32_full_chain_b", "dbeta", 41),
             check("Sm90/GatedDeltaFused.MatchesReference/bf16_lean_chain_a", "dbeta", 39.4),
             check("Sm90/GatedDeltaFused.MatchesReference/bf16_lean_chain_a", "o", 25),
             check("GatedDeltaFused.BackwardIsBitwiseDeterministic", "dbeta", 99),
-            "[  check   ] not a check line"]))
-        summarize.add_checks_by_dtype(worst, check("Sm90/GatedDeltaFused.MatchesReference/fp32_x", "dbeta", 12))
+            "[  check   ] not a check line"]), worst)
+        summarize.add_checks({}, check("Sm90/GatedDeltaFused.MatchesReference/fp32_x", "dbeta", 12), worst)
         self.assertEqual(worst, {("GatedDeltaFused", "dbeta"): {"fp32": 59.2, "bf16": 39.4},
                                  ("GatedDeltaFused", "o"): {"bf16": 25.0}})
         lines = summarize.by_dtype_table(worst)
@@ -46,7 +46,7 @@ class ByDtype(unittest.TestCase):
 
     def test_no_table_without_cases_named_for_a_dtype(self):
         worst = {}
-        summarize.add_checks_by_dtype(worst, check("Conv1dFused.Forward", "y", 130, "FAIL"))
+        summarize.add_checks({}, check("Conv1dFused.Forward", "y", 130, "FAIL"), worst)
         self.assertEqual(worst, {})
         self.assertEqual(summarize.by_dtype_table(worst), [])
 
