@@ -45,6 +45,7 @@ struct StateBlockSmem {
   static constexpr int kTileFloats = 16 * kChunk;
   static constexpr int kLdY = Stage::kBV + 16 / int(sizeof(Handover<T>)), kLdDv = Stage::kBV + 16 / int(sizeof(T));
   static constexpr std::size_t kExchange = Stage::kBytes;
+  static_assert(kExchange % 16 == 0, "the exchange is read and written in 16-byte words");
   static constexpr std::size_t kYRows = kExchange + (kKSplit == 2 ? sizeof(float) * kSlabs * 4 * kTileFloats : 0);
   static constexpr std::size_t kRowBytes = sizeof(Handover<T>) * kChunk * kLdY + sizeof(T) * kChunk * kLdDv;
   static constexpr bool kRowStores = kYRows + kRowBytes <= kMaxBlockSmem;
@@ -52,12 +53,6 @@ struct StateBlockSmem {
   static constexpr std::size_t kBytes = kDvRows + (kRowStores ? sizeof(T) * kChunk * kLdDv : 0);
   static_assert(kRowStores || kKSplit == 1, "the lean chain's blocks stage their rows");
 };
-
-// A warp's [16, 64] accumulator tiles to / from the exchange, in register order (lane-contiguous).
-__device__ __forceinline__ void tile_to_smem(float const (&x)[4], float* buf, int nt, int lane) {
-#pragma unroll
-  for (int e = 0; e < 4; ++e) buf[(nt * 4 + e) * 32 + lane] = x[e];
-}
 
 // The reverse chunk recurrence for example n, value head j and the block's 16·kSlabs value columns; dh starts at
 // dfinal_state (or 0). A slab of kKSplit warps owns 16 value columns and carries dhᵀ [16, K] of them in fp32
@@ -220,12 +215,15 @@ __global__ void __launch_bounds__(kSlabs * kKSplit * 32, 1)
     }
     if constexpr (kKSplit == 2) {
 #pragma unroll
-      for (int nt = 0; nt < 8; ++nt) tile_to_smem(x[nt], x_mine, nt, lane);
+      for (int nt = 0; nt < 8; ++nt) tile_to_exchange(x[nt], x_mine, nt, lane);
       __syncthreads();
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) x[nt][e] += x_other[(nt * 4 + e) * 32 + lane];
+        float4 const o = tile_from_exchange(x_other, nt, lane);
+        x[nt][0] += o.x;
+        x[nt][1] += o.y;
+        x[nt][2] += o.z;
+        x[nt][3] += o.w;
       }
     }
 
@@ -265,7 +263,7 @@ __global__ void __launch_bounds__(kSlabs * kKSplit * 32, 1)
           }
 #pragma unroll
           for (int e = 0; e < 4; ++e) y[nt][e] *= rec_at(8 * nt + 2 * t + (e & 1), kBrCy);
-          if constexpr (kKSplit == 2) tile_to_smem(y[nt], y_mine, nt, lane);
+          if constexpr (kKSplit == 2) tile_to_exchange(y[nt], y_mine, nt, lane);
         }
       }
     }
@@ -282,8 +280,11 @@ __global__ void __launch_bounds__(kSlabs * kKSplit * 32, 1)
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt) {
         if (!owns(nt / 2)) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) y[nt][e] = y_other[(nt * 4 + e) * 32 + lane];
+          float4 const o = tile_from_exchange(y_other, nt, lane);
+          y[nt][0] = o.x;
+          y[nt][1] = o.y;
+          y[nt][2] = o.z;
+          y[nt][3] = o.w;
         }
       }
     }

@@ -29,8 +29,16 @@ __host__ __device__ constexpr std::int64_t vn_tile_offset(std::int64_t chunk_hea
 // (vn_tile_offset), and the final state. The next chunk's k rows, v columns, Ainv planes and records stream into the
 // other stage (cp.async) while this one computes. The warps of a block meet at block barriers.
 // The output kernel runs beside the chain (gated_delta_fwd.cu launches it as a programmatic dependent): each block
-// publishes in `done` [N, Hv, V/kBV] how many of its example's chunks it has written h and v_new for, at the barrier
-// that starts the next chunk (the first after those stores) and after the last chunk.
+// publishes in `done` [N, Hv, V/kBV] how many of its example's chunks it has written h and v_new for: at the barrier
+// that starts chunk `it` (the first after those stores) when `it` is a multiple of kChainPublishEvery, and after the
+// last chunk.
+
+// How often a chain block publishes its count of chunks written. Publishing is a release store: a memory barrier
+// that waits until the publishing thread's earlier stores are visible, while the block's other warps wait for its
+// warp at the next barrier. Every fourth chunk (the count after the last chunk is always published) was faster in
+// training than every chunk (kernels/gated_delta/NOTES.md); an output block waits at most kChainPublishEvery - 1
+// chunk steps longer for its chunk.
+constexpr int kChainPublishEvery = 4;
 
 template <typename T, int kK, int kSlabs>
 struct ChainSmem {
@@ -46,6 +54,7 @@ struct ChainSmem {
   static constexpr std::size_t kStage = kRec + sizeof(float) * kChunk * kRecord;       // one chunk's inputs
   // fp32 [slabs][X of warp 0, X of warp 1, v_new's two row blocks of warp 0, of warp 1]: 3 · kTileFloats per slab
   static constexpr std::size_t kExchange = 2 * kStage;
+  static_assert(kExchange % 16 == 0, "the exchange is read and written in 16-byte words");
   static constexpr std::size_t kBytes = kExchange + sizeof(float) * kSlabs * 3 * kTileFloats;
 };
 
@@ -78,11 +87,11 @@ __global__ void __launch_bounds__(kSlabs * 64, 1)
   float* const exchange = reinterpret_cast<float*>(gd_smem + Sm::kExchange) + slab * 3 * Sm::kTileFloats;
   float* const x_mine = exchange + kh * Sm::kTileFloats;
   float const* const x_other = exchange + (kh ^ 1) * Sm::kTileFloats;
-  // A warp's two row blocks of v_new, in register order: row block np at slot np / 2 (both {0, 3} and {1, 2} map to
-  // slots 0 and 1).
+  // A warp's two row blocks of v_new, in register order: tile nt (row block np = nt / 2) at slot 2 (np / 2) + nt % 2,
+  // so that both {0, 3} and {1, 2} fill slots 0..3.
   float* const vn_mine = exchange + 2 * Sm::kTileFloats + kh * (Sm::kTileFloats / 2);
   float const* const vn_other = exchange + 2 * Sm::kTileFloats + (kh ^ 1) * (Sm::kTileFloats / 2);
-  auto const vn_slot = [&](int nt, int e) { return ((((nt >> 2) << 1) | (nt & 1)) * 4 + e) * 32 + lane; };
+  auto const vn_slot = [](int nt) { return ((nt >> 2) << 1) | (nt & 1); };
 
   // hᵀ[v0 + wc + g + 8·(e>>1)][d0 + 8·nt + 2t + (e&1)] in h[nt][e]; state tensors are [.., K, V].
   float h[kStateTiles][4];
@@ -106,7 +115,7 @@ __global__ void __launch_bounds__(kSlabs * 64, 1)
     cp_async_wait_all();
     __syncthreads();  // stage s has landed for every thread; every read of stage s^1 (the previous chunk) is done
     // Every store of chunks < it came before the barrier (and it > 0 means chunks > 0, so my_done is set).
-    if (tid == 0 && it > 0) publish_count(my_done, it);
+    if (tid == 0 && it > 0 && it % kChainPublishEvery == 0) publish_count(my_done, it);
     if (it + 1 < chunks) issue(it + 1, s ^ 1);
     cp_async_commit();
 
@@ -167,16 +176,18 @@ __global__ void __launch_bounds__(kSlabs * 64, 1)
     for (int nt = 0; nt < 8; ++nt) {
       if (lean_owns_token_block(kh, nt / 2)) {
         *reinterpret_cast<float4*>(vt + nt * 128) = make_float4(vn[nt][0], vn[nt][1], vn[nt][2], vn[nt][3]);
-#pragma unroll
-        for (int e = 0; e < 4; ++e) vn_mine[vn_slot(nt, e)] = vn[nt][e];
+        tile_to_exchange(vn[nt], vn_mine, vn_slot(nt), lane);
       }
     }
     __syncthreads();  // the slabs work in step
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
       if (!lean_owns_token_block(kh, nt / 2)) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) vn[nt][e] = vn_other[vn_slot(nt, e)];
+        float4 const o = tile_from_exchange(vn_other, vn_slot(nt), lane);
+        vn[nt][0] = o.x;
+        vn[nt][1] = o.y;
+        vn[nt][2] = o.z;
+        vn[nt][3] = o.w;
       }
     }
 

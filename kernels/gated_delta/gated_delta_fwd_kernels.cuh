@@ -731,6 +731,7 @@ struct RecurrenceSmem {
   static constexpr std::size_t kRec = kPlanes + 2 * kParts * kPlane;               // fp32 [64][kRecord]
   static constexpr std::size_t kStage = kRec + sizeof(float) * kChunk * kRecord;   // one chunk's inputs
   static constexpr std::size_t kExchange = 2 * kStage;  // kKSplit = 2: fp32 [slabs][3][kTileFloats] (X, Z, v_new)
+  static_assert(kExchange % 16 == 0, "the exchange is read and written in 16-byte words");
   static constexpr std::size_t kBytes = kExchange + (kKSplit == 2 ? sizeof(float) * kSlabs * 3 * kTileFloats : 0);
 };
 
@@ -738,16 +739,16 @@ struct RecurrenceSmem {
 // conflicts, and the partner warp of the slab holds the same elements in the same registers).
 __device__ __forceinline__ void tiles_to_smem(float const (&x)[8][4], float* buf, int lane) {
 #pragma unroll
-  for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) buf[(nt * 4 + e) * 32 + lane] = x[nt][e];
-  }
+  for (int nt = 0; nt < 8; ++nt) tile_to_exchange(x[nt], buf, nt, lane);
 }
 __device__ __forceinline__ void tiles_add_smem(float (&x)[8][4], float const* buf, int lane) {
 #pragma unroll
   for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) x[nt][e] += buf[(nt * 4 + e) * 32 + lane];
+    float4 const o = tile_from_exchange(buf, nt, lane);
+    x[nt][0] += o.x;
+    x[nt][1] += o.y;
+    x[nt][2] += o.z;
+    x[nt][3] += o.w;
   }
 }
 

@@ -481,6 +481,17 @@ __host__ __device__ constexpr std::int64_t state_tile(int K, int vb, int nt) {
   return (std::int64_t(vb) * (K / 8) + nt) * 128;
 }
 
+// A warp's accumulator tiles handed to its partner warp through shared memory, in register order: tile `slot`'s four
+// floats of a lane in one 16-byte word at 16·(32·slot + lane) bytes, so that a warp writes or reads a tile with one
+// 16-byte access per lane (four conflict-free wavefronts) rather than four 4-byte ones: the same bytes in a quarter of
+// the shared-memory instructions on the recurrences' serial paths. `buf` must be 16-byte aligned.
+__device__ __forceinline__ void tile_to_exchange(float const (&d)[4], float* buf, int slot, int lane) {
+  reinterpret_cast<float4*>(buf)[slot * 32 + lane] = make_float4(d[0], d[1], d[2], d[3]);
+}
+__device__ __forceinline__ float4 tile_from_exchange(float const* buf, int slot, int lane) {
+  return reinterpret_cast<float4 const*>(buf)[slot * 32 + lane];
+}
+
 // One accumulator tile of the recurrences' transposed frame (d[e] at value column g + 8·(e/2), token 2t + e%2, with
 // g = lane / 4, t = lane % 4) out to a token-major tensor as E, row `token` at dst + token·stride, for tokens < valid.
 // Lanes g and g ^ 1 trade one element, so that each stores two adjacent value columns of one token (one 2-element
