@@ -1,4 +1,5 @@
 #include "kernels/bench/bench.h"
+#include "kernels/gated_delta/gated_delta_trace.h"
 #include "kernels/ops/gated_delta.h"
 
 #include <ATen/ATen.h>
@@ -9,7 +10,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdint>
 #include <cstdlib>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -80,7 +83,24 @@ std::vector<int> parse_lengths(std::string const& text) {
   return lengths;
 }
 
-void bench_shape(Report& report, GatedDeltaShape const& s) {
+// One forward of `shape` under `pass` ("fwd": inference, nothing saved; "fwd save": the training forward) traced
+// block by block (gated_delta_trace.h) into `csv` rows: shape, pass, event, ns from the pass's first event, SM, block,
+// step. Only the WY kernel and the lean chain's kernels record: a shape the full chain runs has WY rows only.
+template <typename Forward>
+void trace_forward(std::FILE* csv, std::string const& shape, char const* pass, Forward&& forward) {
+  gated_delta_trace_begin();
+  forward();
+  std::vector<GatedDeltaTraceEvent> const events = gated_delta_trace_end();
+  std::uint64_t t0 = events.empty() ? 0 : events.front().ns;
+  for (GatedDeltaTraceEvent const& e : events) t0 = std::min(t0, e.ns);
+  for (GatedDeltaTraceEvent const& e : events) {
+    std::fprintf(csv, "%s,%s,%s,%llu,%d,%d,%d\n", shape.c_str(), pass, gated_delta_trace_kind_name(e.kind),
+                 static_cast<unsigned long long>(e.ns - t0), e.sm, e.block, e.step);
+  }
+  std::printf("gated_delta %s: traced one forward (%s), %zu events\n", shape.c_str(), pass, events.size());
+}
+
+void bench_shape(Report& report, GatedDeltaShape const& s, std::FILE* trace_csv) {
   auto const opts = at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA);
   int64_t const T = s.T;
   at::Tensor q = at::randn({T, s.Hk, kD}, opts).requires_grad_(), k = at::randn({T, s.Hk, kD}, opts).requires_grad_(),
@@ -167,6 +187,14 @@ void bench_shape(Report& report, GatedDeltaShape const& s) {
     sep = "; ";
   }
   std::printf("%s\n", line.c_str());
+
+  if (trace_csv != nullptr) {
+    {
+      c10::InferenceMode inference;
+      trace_forward(trace_csv, shape, "fwd", [&] { fwd(ops::Backend::kFused); });
+    }
+    trace_forward(trace_csv, shape, "fwd save", [&] { fwd(ops::Backend::kFused); });
+  }
 }
 
 }  // namespace
@@ -179,12 +207,29 @@ void bench_shape(Report& report, GatedDeltaShape const& s) {
 // it, for profiling one shape without the others' minutes of composite timing.
 // FUSEPACK_BENCH_GATED_DELTA_LENGTHS=<n,n,...> runs only one pack of those example lengths at Qwen3.5-0.8B's heads
 // (as kTrainingPack), to time the schedules on packs a training run makes.
+// FUSEPACK_BENCH_GATED_DELTA_TRACE=<file.csv> also writes, per shape, the block timeline of one forward without and
+// one with saved tensors (gated_delta_trace.h; ci/gated_delta_trace.py summarizes it), in a build configured with
+// -DFUSEPACK_GATED_DELTA_TRACE=ON; other builds refuse it before timing anything.
 void bench_gated_delta(Report& report) {
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> trace_csv(nullptr, &std::fclose);
+  if (char const* const path = std::getenv("FUSEPACK_BENCH_GATED_DELTA_TRACE")) {
+    if (!gated_delta_trace_built()) {
+      throw std::invalid_argument(std::string("FUSEPACK_BENCH_GATED_DELTA_TRACE='") + path +
+                                  "': this build does not record the forward's timeline; configure with "
+                                  "-DFUSEPACK_GATED_DELTA_TRACE=ON");
+    }
+    trace_csv.reset(std::fopen(path, "w"));
+    if (!trace_csv) {
+      throw std::invalid_argument(std::string("FUSEPACK_BENCH_GATED_DELTA_TRACE='") + path +
+                                  "': cannot open it for writing");
+    }
+    std::fprintf(trace_csv.get(), "shape,pass,event,ns,sm,block,step\n");
+  }
   if (char const* const lengths = std::getenv("FUSEPACK_BENCH_GATED_DELTA_LENGTHS")) {
     GatedDeltaShape pack{kTrainingPack.Hk, kTrainingPack.Hv, 0, 0, parse_lengths(lengths)};
     pack.examples = static_cast<int64_t>(pack.lengths.size());
     for (int const len : pack.lengths) pack.T += len;
-    bench_shape(report, pack);
+    bench_shape(report, pack, trace_csv.get());
     return;
   }
   char const* const only = std::getenv("FUSEPACK_BENCH_GATED_DELTA_SHAPE");
@@ -196,7 +241,7 @@ void bench_gated_delta(Report& report) {
                                   kTrainingPack}) {
     names += (names.empty() ? "" : ", ") + shape_name(s);
     if (only != nullptr && shape_name(s).find(only) == std::string::npos) continue;
-    bench_shape(report, s);
+    bench_shape(report, s, trace_csv.get());
     ++ran;
   }
   if (ran == 0) {

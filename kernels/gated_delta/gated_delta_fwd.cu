@@ -10,6 +10,7 @@
 #include "kernels/gated_delta/gated_delta_fwd_chain.cuh"
 #include "kernels/gated_delta/gated_delta_fwd_kernels.cuh"
 #include "kernels/gated_delta/gated_delta_head_dims.h"
+#include "kernels/gated_delta/gated_delta_trace.h"
 
 #include <algorithm>
 #include <climits>
@@ -477,6 +478,64 @@ void run_gated_delta_fwd(GatedDeltaFwdParams const& p, void* workspace, cudaStre
       }
     });
   });
+}
+
+char const* gated_delta_trace_kind_name(GatedDeltaTraceKind kind) {
+  switch (kind) {
+    case GatedDeltaTraceKind::kWyStart: return "wy_start";
+    case GatedDeltaTraceKind::kWyEnd: return "wy_end";
+    case GatedDeltaTraceKind::kChainStart: return "chain_start";
+    case GatedDeltaTraceKind::kChainStep: return "chain_step";
+    case GatedDeltaTraceKind::kChainEnd: return "chain_end";
+    case GatedDeltaTraceKind::kOutputStart: return "output_start";
+    case GatedDeltaTraceKind::kOutputReady: return "output_ready";
+    case GatedDeltaTraceKind::kOutputEnd: return "output_end";
+  }
+  return "unknown";
+}
+
+bool gated_delta_trace_built() { return gated_delta_trace_detail::kTraced; }
+
+namespace {
+void require_trace_build(char const* who) {
+  if (!gated_delta_trace_detail::kTraced) {
+    throw std::runtime_error(std::string(who) +
+                             ": this build does not record the gated delta forward's timeline; configure with "
+                             "-DFUSEPACK_GATED_DELTA_TRACE=ON");
+  }
+}
+}  // namespace
+
+void gated_delta_trace_begin() {
+  require_trace_build("gated_delta_trace_begin");
+#if defined(FUSEPACK_GATED_DELTA_TRACE)
+  FUSEPACK_CUDA_CHECK(cudaDeviceSynchronize());
+  unsigned long long const zero = 0;
+  FUSEPACK_CUDA_CHECK(cudaMemcpyToSymbol(gated_delta_trace_detail::trace_count, &zero, sizeof zero));
+#endif
+}
+
+std::vector<GatedDeltaTraceEvent> gated_delta_trace_end() {
+  require_trace_build("gated_delta_trace_end");
+  std::vector<GatedDeltaTraceEvent> events;
+#if defined(FUSEPACK_GATED_DELTA_TRACE)
+  FUSEPACK_CUDA_CHECK(cudaDeviceSynchronize());
+  unsigned long long count = 0;
+  FUSEPACK_CUDA_CHECK(cudaMemcpyFromSymbol(&count, gated_delta_trace_detail::trace_count, sizeof count));
+  if (count > kGatedDeltaTraceCapacity) {
+    throw std::runtime_error("gated_delta_trace_end: " + std::to_string(count) + " events recorded, more than the " +
+                             std::to_string(kGatedDeltaTraceCapacity) +
+                             " the trace holds; trace fewer forwards or a smaller shape");
+  }
+  std::vector<ulonglong2> raw(static_cast<std::size_t>(count));
+  if (count > 0) {
+    FUSEPACK_CUDA_CHECK(
+        cudaMemcpyFromSymbol(raw.data(), gated_delta_trace_detail::trace_events, sizeof(ulonglong2) * raw.size()));
+  }
+  events.reserve(raw.size());
+  for (ulonglong2 const& r : raw) events.push_back(gated_delta_trace_unpack(r.x, r.y));
+#endif
+  return events;
 }
 
 }  // namespace fusepack

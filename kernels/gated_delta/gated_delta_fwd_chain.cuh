@@ -84,6 +84,7 @@ __global__ void __launch_bounds__(kSlabs * 64, 1)
   int const chunk0 = gated_delta_chunks(p).first_chunk(n);
   int* const my_done = done != nullptr ? done + (std::int64_t(n) * Hv + hv) * tiles + vtile : nullptr;  // T = 0
   grid_launch_dependents();  // every block of the chain has started once the output kernel's blocks may start
+  if (tid == 0) gated_delta_trace_detail::trace_event(GatedDeltaTraceKind::kChainStart);
   float* const exchange = reinterpret_cast<float*>(gd_smem + Sm::kExchange) + slab * 3 * Sm::kTileFloats;
   float* const x_mine = exchange + kh * Sm::kTileFloats;
   float const* const x_other = exchange + (kh ^ 1) * Sm::kTileFloats;
@@ -114,6 +115,7 @@ __global__ void __launch_bounds__(kSlabs * 64, 1)
     int const s = it & 1;
     cp_async_wait_all();
     __syncthreads();  // stage s has landed for every thread; every read of stage s^1 (the previous chunk) is done
+    if (tid == 0) gated_delta_trace_detail::trace_event(GatedDeltaTraceKind::kChainStep, it);
     // Every store of chunks < it came before the barrier (and it > 0 means chunks > 0, so my_done is set).
     if (tid == 0 && it > 0 && it % kChainPublishEvery == 0) publish_count(my_done, it);
     if (it + 1 < chunks) issue(it + 1, s ^ 1);
@@ -196,6 +198,7 @@ __global__ void __launch_bounds__(kSlabs * 64, 1)
   }
   __syncthreads();  // the last chunk's stores
   if (tid == 0 && chunks > 0) publish_count(my_done, chunks);
+  if (tid == 0) gated_delta_trace_detail::trace_event(GatedDeltaTraceKind::kChainEnd);
 
   if (p.final_state != nullptr) store_state_slab(h, p.final_state, state_off, d0, V, t);
 }
@@ -239,6 +242,7 @@ __global__ void __launch_bounds__(kK * 2, 2)
   extern __shared__ __align__(16) unsigned char gd_smem[];
 
   int const tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, t = lane & 3;
+  if (tid == 0) gated_delta_trace_detail::trace_event(GatedDeltaTraceKind::kOutputStart);
   int const Hk = p.Hk, Hv = p.Hv, V = p.V;
   int const hv = static_cast<int>(blockIdx.x % Hv), c = static_cast<int>(blockIdx.x / Hv);
   int const hk = hv / (Hv / Hk);
@@ -273,6 +277,9 @@ __global__ void __launch_bounds__(kK * 2, 2)
     while (acquire_count(count) <= step) __nanosleep(200);
   }
   __syncthreads();  // the chunk is published; P is complete, and the k tile is dead (the stage overlays it)
+  if (tid == 0) {
+    gated_delta_trace_detail::trace_event(GatedDeltaTraceKind::kOutputReady, c - table.first_chunk(table.example(c)));
+  }
 
   // This warp's state slab hᵀ [16, K] in two halves of K (to stay within the registers of two blocks per
   // multiprocessor) and its v_new [16 columns, 64 tokens], all requested at once: the first half into registers, the
@@ -368,6 +375,10 @@ __global__ void __launch_bounds__(kK * 2, 2)
     store_stage_rows<kChunk, 4 * kK, kThreads>(p.v_new + row0, 4 * stride, vn_rows, 4 * kLdVn, L);
   }
   if (blockIdx.x == gridDim.x - 1) grid_wait_prerequisites();  // this kernel ends after the chain
+  if constexpr (gated_delta_trace_detail::kTraced) {
+    __syncthreads();  // every thread's stores issued
+    if (tid == 0) gated_delta_trace_detail::trace_event(GatedDeltaTraceKind::kOutputEnd);
+  }
 }
 
 }  // namespace fusepack::gated_delta_fwd_detail

@@ -7,6 +7,7 @@
 #include "kernels/common/vec.cuh"
 #include "kernels/gated_delta/gated_delta.h"
 #include "kernels/gated_delta/gated_delta_mma.cuh"
+#include "kernels/gated_delta/gated_delta_trace.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -448,6 +449,7 @@ __global__ void __launch_bounds__(kWyThreads, sizeof(T) < 4 ? 4 : 1)
   float* beta_all = reinterpret_cast<float*>(gd_smem + Sm::kBeta);
 
   int const tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  if (tid == 0) gated_delta_trace_detail::trace_event(GatedDeltaTraceKind::kWyStart);
   int const Hk = p.Hk, Hv = p.Hv, group = Hv / Hk, pairs = (group + 1) / 2;
   unsigned bid = blockIdx.x;  // 32-bit: the launcher keeps the grid below 2^31 blocks
   int const pair = static_cast<int>(bid % static_cast<unsigned>(pairs));
@@ -704,6 +706,10 @@ __global__ void __launch_bounds__(kWyThreads, sizeof(T) < 4 ? 4 : 1)
         }
       }
     }
+  }
+  if constexpr (gated_delta_trace_detail::kTraced) {
+    __syncthreads();  // every thread's stores issued
+    if (tid == 0) gated_delta_trace_detail::trace_event(GatedDeltaTraceKind::kWyEnd);
   }
 }
 

@@ -4,6 +4,7 @@
 // perturbation property and bitwise determinism of the fused backward on the GPU; T = 0; bad input.
 #ifdef FUSEPACK_TEST_CUDA_KERNELS
 #include "kernels/gated_delta/gated_delta.h"
+#include "kernels/gated_delta/gated_delta_trace.h"
 #endif
 #include "kernels/gated_delta/gated_delta_schedule.h"
 #include "kernels/ops/gated_delta.h"
@@ -907,6 +908,53 @@ TEST(GatedDeltaBackwardParams, RefusesTensorsOffTheVectorGrid) {
   FUSEPACK_EXPECT_INVALID_ARGUMENT(run_gated_delta_bwd(off, nullptr), "dout must be 16-byte aligned");
   // Aligned, the check moves on (to the saved tensors this params lacks).
   FUSEPACK_EXPECT_INVALID_ARGUMENT(run_gated_delta_bwd(p, nullptr), "q_rstd is null");
+}
+
+// The forward's timeline (gated_delta_trace.h): an event's packed word gives back every field at its extremes (the
+// H200's 132 SMs, blocks and chunk steps up to 2^24 - 1), for every kind, under the names ci/gated_delta_trace.py
+// reads. Planted: the block field one bit narrower (mask 0x7FFFFF) fails at the largest block; the SM field shifted by
+// 47 overlaps the block and fails at block 2^24 - 1 with SM 4095.
+TEST(GatedDeltaTrace, PackedEventsComeBackAsRecorded) {
+  char const* const names[] = {"wy_start",   "wy_end",       "chain_start",  "chain_step",
+                               "chain_end",  "output_start", "output_ready", "output_end"};
+  static_assert(sizeof names / sizeof names[0] == kGatedDeltaTraceKinds, "a name per kind");
+  struct Fields {
+    int sm, block, step;
+  };
+  for (int k = 0; k < kGatedDeltaTraceKinds; ++k) {
+    auto const kind = static_cast<GatedDeltaTraceKind>(k);
+    EXPECT_STREQ(gated_delta_trace_kind_name(kind), names[k]);
+    for (Fields const f : {Fields{0, 0, 0}, Fields{131, 4095, 127}, Fields{4095, (1 << 24) - 1, (1 << 24) - 1},
+                           Fields{1, 1 << 23, 1}}) {
+      std::uint64_t const ns = 0xFEDCBA9876543210ull;
+      GatedDeltaTraceEvent const e = gated_delta_trace_unpack(ns, gated_delta_trace_pack(kind, f.sm, f.block, f.step));
+      EXPECT_EQ(e.ns, ns);
+      EXPECT_EQ(e.kind, kind);
+      EXPECT_EQ(e.sm, f.sm);
+      EXPECT_EQ(e.block, f.block);
+      EXPECT_EQ(e.step, f.step);
+    }
+  }
+}
+
+// A build configured without -DFUSEPACK_GATED_DELTA_TRACE=ON records nothing and says so when asked for a trace,
+// naming the option, rather than returning an empty timeline.
+TEST(GatedDeltaTrace, ABuildWithoutTheOptionRefusesToTrace) {
+  if (gated_delta_trace_built()) GTEST_SKIP() << "this build records the timeline";
+  for (int i = 0; i < 2; ++i) {
+    try {
+      if (i == 0) {
+        gated_delta_trace_begin();
+      } else {
+        gated_delta_trace_end();
+      }
+      ADD_FAILURE() << "expected std::runtime_error from gated_delta_trace_" << (i == 0 ? "begin" : "end");
+    } catch (std::runtime_error const& e) {
+      std::printf("[  error   ] %s\n", e.what());
+      EXPECT_NE(std::string(e.what()).find("configure with -DFUSEPACK_GATED_DELTA_TRACE=ON"), std::string::npos)
+          << e.what();
+    }
+  }
 }
 #endif
 
