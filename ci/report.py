@@ -502,19 +502,19 @@ def main(argv=None):
                 md += ["![error budget](error-budget.png)", ""]
             md += ["The worst share of its tolerance that each checked tensor used over every `[  check   ]` line of "
                    "the tests (100% = at the limit); per suite:", "",
-                   "| suite | tensors | worst tensor | max_abs | max_rel | budget used |",
-                   "|---|---:|---|---:|---:|---:|"]
+                   "| suite | tensors | worst tensor | max_abs | max_rel | budget used | case |",
+                   "|---|---:|---|---:|---:|---:|---|"]
             suites = {}
             for (suite, tensor), v in worst.items():
                 suites.setdefault(suite, []).append((v, tensor))
             for suite, items in sorted(suites.items(), key=lambda kv: -max(v[0][0] for v in kv[1])):
-                (share, _, max_abs, max_rel), tensor = max(items, key=lambda x: x[0][0])
+                (share, _, max_abs, max_rel, case), tensor = max(items, key=lambda x: x[0][0])
                 mark = " **FAIL**" if any(v[1] == "FAIL" for v, _ in items) else ""
                 md.append(f"| {suite} | {len(items)} | {tensor} | {max_abs:.3g} | {max_rel:.3g} | "
-                          f"{share:.3g}%{mark} |")
+                          f"{share:.3g}%{mark} | {case} |")
             (suite, tensor), v = max(worst.items(), key=lambda kv: kv[1][0])
             console.append(f"error budget: {len(worst)} tensors in {len(suites)} suites, worst {v[0]:.3g}% "
-                           f"({suite} {tensor})")
+                           f"({suite} {tensor}, {v[4]})")
         else:
             md.append("No `[  check   ]` lines in the test output.")
             console.append("error budget: no check lines")

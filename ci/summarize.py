@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Prints the gate's summary from a CTest JUnit file: results per CTest label, the failing tests, and the worst
-error-budget share per test suite and checked tensor (from the "[  check   ]" lines that tests print), then per dtype
-for the cases named for one (parameterised cases such as .../fp32_lean_chain_...).
+error-budget share per test suite and checked tensor (from the "[  check   ]" lines that tests print) with the case
+that holds it, then per dtype for the cases named for one (parameterised cases such as .../fp32_lean_chain_...).
 
 usage: summarize.py BUILD_DIR JUNIT_XML
 Exit status 0 when no test failed, 1 otherwise."""
@@ -54,7 +54,7 @@ def case_state(case):
 
 def add_checks(worst, system_out, by_dtype=None):
     """Keeps in `worst` the largest budget share per (suite, checked tensor) of the "[  check   ]" lines in
-    `system_out`, as (share, verdict, max_abs, max_rel); and in `by_dtype`, when given, the largest share per (suite,
+    `system_out`, as (share, verdict, max_abs, max_rel, the check's case name); and in `by_dtype`, when given, the largest share per (suite,
     checked tensor) and dtype, {(suite, tensor): {dtype: share}}, of the cases named for a dtype (dtype_of)."""
     for line in system_out.splitlines():
         m = CHECK.match(line)
@@ -62,7 +62,7 @@ def add_checks(worst, system_out, by_dtype=None):
             key = (suite_of(m.group(1)), m.group(3).split(" ")[0])
             share = float(m.group(6))
             if key not in worst or share > worst[key][0]:
-                worst[key] = (share, m.group(2), float(m.group(4)), float(m.group(5)))
+                worst[key] = (share, m.group(2), float(m.group(4)), float(m.group(5)), m.group(1))
             dtype = dtype_of(m.group(1)) if by_dtype is not None else None
             if dtype:
                 shares = by_dtype.setdefault(key, {})
@@ -121,9 +121,9 @@ def main():
             c = per_label[label]
             print(f"{label:<12} {c['passed']:>7} {c['failed']:>7} {c['skipped']:>8}")
     if worst:
-        print(f"\n{'suite':<22} {'checked':<22} {'worst max_abs':>13} {'max_rel':>9} {'budget used':>12}")
-        for (suite, tensor), (share, verdict, max_abs, max_rel) in sorted(worst.items()):
-            print(f"{suite:<22} {tensor:<22} {max_abs:>13.3g} {max_rel:>9.3g} {share:>11.3g}% {verdict}")
+        print(f"\n{'suite':<22} {'checked':<22} {'worst max_abs':>13} {'max_rel':>9} {'budget used':>12}       case")
+        for (suite, tensor), (share, verdict, max_abs, max_rel, case) in sorted(worst.items()):
+            print(f"{suite:<22} {tensor:<22} {max_abs:>13.3g} {max_rel:>9.3g} {share:>11.3g}% {verdict:<4}  {case}")
     for line in by_dtype_table(worst_by_dtype):
         print(line)
     total = {k: sum(c[k] for c in per_label.values()) for k in ("passed", "failed", "skipped")}

@@ -220,6 +220,7 @@ class Tests(unittest.TestCase):
         self.assertIn("conv1d_test.cpp:40: Failure", excerpt)
         self.assertIn("| FAIL y", excerpt)
         self.assertEqual(t["worst"][("Conv1dFused", "y")][:2], (130.0, "FAIL"))
+        self.assertEqual(t["worst"][("Conv1dFused", "y")][4], "Conv1dFused.Forward")  # the case that holds it
         self.assertEqual(t["worst"][("Conv1dFused", "dx")][0], 12.5)
         self.assertEqual(t["level"], "smoke")
 

@@ -44,6 +44,17 @@ class ByDtype(unittest.TestCase):
         self.assertEqual(lines[2].split(), ["GatedDeltaFused", "dbeta", "39.4%", "59.2%"])
         self.assertEqual(lines[3].split(), ["GatedDeltaFused", "o", "25%", "-"])
 
+    def test_the_worst_share_keeps_its_case(self):
+        # The case printed beside a tensor's worst share is the one whose check line holds it (planted: the first
+        # case seen kept with a later, larger share fails here).
+        worst = {}
+        summarize.add_checks(worst, "\n".join([
+            check("Sm90/GatedDeltaFused.MatchesReference/bf16_lean_chain_a", "dk", 45.7),
+            check("Sm90/GatedDeltaFused.MatchesReference/fp32_full_chain_b", "dk", 81.4),
+            check("Sm90/GatedDeltaFused.MatchesReference/fp16_lean_chain_c", "dk", 25.2)]))
+        self.assertEqual(worst[("GatedDeltaFused", "dk")],
+                         (81.4, "PASS", 0.001, 0.01, "Sm90/GatedDeltaFused.MatchesReference/fp32_full_chain_b"))
+
     def test_no_table_without_cases_named_for_a_dtype(self):
         worst = {}
         summarize.add_checks({}, check("Conv1dFused.Forward", "y", 130, "FAIL"), worst)
