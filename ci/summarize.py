@@ -54,8 +54,9 @@ def case_state(case):
 
 def add_checks(worst, system_out, by_dtype=None):
     """Keeps in `worst` the largest budget share per (suite, checked tensor) of the "[  check   ]" lines in
-    `system_out`, as (share, verdict, max_abs, max_rel, the check's case name); and in `by_dtype`, when given, the largest share per (suite,
-    checked tensor) and dtype, {(suite, tensor): {dtype: share}}, of the cases named for a dtype (dtype_of)."""
+    `system_out`, as (share, verdict, max_abs, max_rel, the check's case name); and in `by_dtype`, when given, the
+    largest share per (suite, checked tensor) and dtype, {(suite, tensor): {dtype: share}}, of the cases named for a
+    dtype (dtype_of)."""
     for line in system_out.splitlines():
         m = CHECK.match(line)
         if m:

@@ -104,9 +104,9 @@ __global__ void __launch_bounds__(kSlabs * 64, 1)
     unsigned char* base = gd_smem + s * Sm::kStage;
     std::int64_t const t0 = bos + std::int64_t(it) * kChunk;
     int const L = static_cast<int>(eos - t0 < kChunk ? eos - t0 : kChunk);
-    copy_chunk_inputs<T, kK, kBV, kThreads, false, true>(p, rec, ainv_planes, t0, L, hk, hv, v0, base + Sm::kKTile, nullptr,
-                                                   int(sizeof(T)) * Sm::kLdK, base + Sm::kVTile,
-                                                   int(sizeof(T)) * Sm::kLdV, base + Sm::kPlanes, base + Sm::kRec);
+    copy_chunk_inputs<T, kK, kBV, kThreads, false, true>(p, rec, ainv_planes, t0, L, hk, hv, v0, base + Sm::kKTile,
+                                                         nullptr, int(sizeof(T)) * Sm::kLdK, base + Sm::kVTile,
+                                                         int(sizeof(T)) * Sm::kLdV, base + Sm::kPlanes, base + Sm::kRec);
   };
 
   if (chunks > 0) issue(0, 0);
@@ -308,9 +308,9 @@ __global__ void __launch_bounds__(kK * 2, 2)
     if (half == 1 && Sm::kStageHalfH) cp_async_wait_all();
 #pragma unroll
     for (int nt = 0; nt < kStateTiles / 2; ++nt) {
-      float4 const f = half == 1 && Sm::kStageHalfH
-                           ? *reinterpret_cast<float4 const*>(h_stage + nt * 128)
-                           : __ldcg(reinterpret_cast<float4 const*>(hc + state_tile(kK, 0, half * kStateTiles / 2 + nt)));
+      float const* const tile = hc + state_tile(kK, 0, half * kStateTiles / 2 + nt);
+      float4 const f = half == 1 && Sm::kStageHalfH ? *reinterpret_cast<float4 const*>(h_stage + nt * 128)
+                                                    : __ldcg(reinterpret_cast<float4 const*>(tile));
       h[nt][0] = f.x, h[nt][1] = f.y, h[nt][2] = f.z, h[nt][3] = f.w;
     }
 #pragma unroll
