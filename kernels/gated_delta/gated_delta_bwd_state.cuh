@@ -218,13 +218,7 @@ __global__ void __launch_bounds__(kSlabs * kKSplit * 32, 1)
       for (int nt = 0; nt < 8; ++nt) tile_to_exchange(x[nt], x_mine, nt, lane);
       __syncthreads();
 #pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
-        float4 const o = tile_from_exchange(x_other, nt, lane);
-        x[nt][0] += o.x;
-        x[nt][1] += o.y;
-        x[nt][2] += o.z;
-        x[nt][3] += o.w;
-      }
+      for (int nt = 0; nt < 8; ++nt) tile_add_from_exchange(x[nt], x_other, nt, lane);
     }
 
     // yᵀ = dv_newᵀ Ainv on the warp's token blocks (Ainv[r][i] = 0 for i > r); y and dv out (staged by token rows
@@ -279,13 +273,7 @@ __global__ void __launch_bounds__(kSlabs * kKSplit * 32, 1)
     if constexpr (kKSplit == 2) {
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt) {
-        if (!owns(nt / 2)) {
-          float4 const o = tile_from_exchange(y_other, nt, lane);
-          y[nt][0] = o.x;
-          y[nt][1] = o.y;
-          y[nt][2] = o.z;
-          y[nt][3] = o.w;
-        }
+        if (!owns(nt / 2)) tile_from_exchange(y[nt], y_other, nt, lane);
       }
     }
 

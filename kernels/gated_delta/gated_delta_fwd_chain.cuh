@@ -184,13 +184,7 @@ __global__ void __launch_bounds__(kSlabs * 64, 1)
     __syncthreads();  // the slabs work in step
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
-      if (!lean_owns_token_block(kh, nt / 2)) {
-        float4 const o = tile_from_exchange(vn_other, vn_slot(nt), lane);
-        vn[nt][0] = o.x;
-        vn[nt][1] = o.y;
-        vn[nt][2] = o.z;
-        vn[nt][3] = o.w;
-      }
+      if (!lean_owns_token_block(kh, nt / 2)) tile_from_exchange(vn[nt], vn_other, vn_slot(nt), lane);
     }
 
     // hᵀ ← e^{G_last} hᵀ + (rstd_k e^{G_last − G} ⊙ v_new)ᵀ k, each warp over its state columns.

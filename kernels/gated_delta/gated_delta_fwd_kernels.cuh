@@ -749,13 +749,7 @@ __device__ __forceinline__ void tiles_to_smem(float const (&x)[8][4], float* buf
 }
 __device__ __forceinline__ void tiles_add_smem(float (&x)[8][4], float const* buf, int lane) {
 #pragma unroll
-  for (int nt = 0; nt < 8; ++nt) {
-    float4 const o = tile_from_exchange(buf, nt, lane);
-    x[nt][0] += o.x;
-    x[nt][1] += o.y;
-    x[nt][2] += o.z;
-    x[nt][3] += o.w;
-  }
+  for (int nt = 0; nt < 8; ++nt) tile_add_from_exchange(x[nt], buf, nt, lane);
 }
 
 // Per chunk, with h the state entering it (k, q, v rows of the chunk; X, Z, Y, v_new, o as [16 columns, 64 tokens]

@@ -488,8 +488,14 @@ __host__ __device__ constexpr std::int64_t state_tile(int K, int vb, int nt) {
 __device__ __forceinline__ void tile_to_exchange(float const (&d)[4], float* buf, int slot, int lane) {
   reinterpret_cast<float4*>(buf)[slot * 32 + lane] = make_float4(d[0], d[1], d[2], d[3]);
 }
-__device__ __forceinline__ float4 tile_from_exchange(float const* buf, int slot, int lane) {
-  return reinterpret_cast<float4 const*>(buf)[slot * 32 + lane];
+// Tile `slot` of a lane from the exchange into d, or added to d.
+__device__ __forceinline__ void tile_from_exchange(float (&d)[4], float const* buf, int slot, int lane) {
+  float4 const f = reinterpret_cast<float4 const*>(buf)[slot * 32 + lane];
+  d[0] = f.x, d[1] = f.y, d[2] = f.z, d[3] = f.w;
+}
+__device__ __forceinline__ void tile_add_from_exchange(float (&d)[4], float const* buf, int slot, int lane) {
+  float4 const f = reinterpret_cast<float4 const*>(buf)[slot * 32 + lane];
+  d[0] += f.x, d[1] += f.y, d[2] += f.z, d[3] += f.w;
 }
 
 // One accumulator tile of the recurrences' transposed frame (d[e] at value column g + 8·(e/2), token 2t + e%2, with
