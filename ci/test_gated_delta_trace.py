@@ -78,12 +78,19 @@ class GatedDeltaTraceTest(unittest.TestCase):
         self.assertEqual(s["wait_p90"], 2600)
         self.assertEqual(s["tail"], 900)  # 12000 after the chain's last end, 11100 (its first end, 8100: planted)
 
+    def test_output_work_from_ready_to_end(self):
+        # Work 800, 800, 700: from each block's ready to its end. Timed from the block's start (planted) it is 2500,
+        # 3400, 800, median 2500.
+        s = self.summary()
+        self.assertEqual(s["work_median"], 800)
+        self.assertEqual(s["work_p90"], 800)
+
     def test_report_row(self):
         write(self.path, ROWS)
         out = io.StringIO()
         gated_delta_trace.report(gated_delta_trace.read_trace(self.path), out)
         self.assertIn(f"| {SHAPE} | fwd | 0.0–1.5 | 2.0–11.1 (2 on 2) | 2.0 (3.0) | 2.5–12.0 (3, 1) | 1.7 (2.6) "
-                      "| 0.9 | 12.0 |", out.getvalue())
+                      "| 0.8 (0.8) | 0.9 | 12.0 |", out.getvalue())
 
     def test_passes_and_shapes_apart(self):
         with open(self.path, "w") as f:
