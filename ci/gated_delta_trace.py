@@ -13,8 +13,9 @@ For every shape and pass (fwd: nothing saved; fwd save: the training forward), i
   chain     the lean chain's blocks: first start, last end; its chunk steps (from one step's start to the next, the
             last to the block's end, per block) as median and 90th percentile
   output    the output kernel's blocks: first start, last end; the wait of each for its chunk (start to ready: its
-            loads and P as well) and its work once the chunk is ready (ready to end), each as median and 90th
-            percentile; how many ran on a multiprocessor while a chain block was on it
+            loads and P as well), the part of it spent polling (built to ready: from its first warp's share of P
+            built; "-" in traces without that event) and its work once the chunk is ready (ready to end), each as
+            median and 90th percentile; how many ran on a multiprocessor while a chain block was on it
   tail      the output's last end after the chain's last end
 Exit status 0 on success, 2 on a file that is not such a trace."""
 import argparse
@@ -22,7 +23,8 @@ import collections
 import csv
 import sys
 
-EVENTS = ("wy_start", "wy_end", "chain_start", "chain_step", "chain_end", "output_start", "output_ready", "output_end")
+EVENTS = ("wy_start", "wy_end", "chain_start", "chain_step", "chain_end", "output_start", "output_ready", "output_end",
+          "output_built")
 COLUMNS = ("shape", "pass", "event", "ns", "sm", "block", "step")
 
 
@@ -90,10 +92,12 @@ def summarize(events):
         steps += [t1 - t0 for t0, t1 in zip(times, times[1:])]
         if b.get("start") and b.get("end"):
             chain_on_sm[b["start"][0]["sm"]].append((b["start"][0]["ns"], b["end"][0]["ns"]))
-    waits, works, beside = [], [], 0
+    waits, idles, works, beside = [], [], [], 0
     for b in output.values():
         if b.get("start") and b.get("ready"):
             waits.append(b["ready"][0]["ns"] - b["start"][0]["ns"])
+        if b.get("built") and b.get("ready"):
+            idles.append(b["ready"][0]["ns"] - b["built"][0]["ns"])
         if b.get("ready") and b.get("end"):
             works.append(b["end"][0]["ns"] - b["ready"][0]["ns"])
         if b.get("start") and b.get("end"):
@@ -112,6 +116,7 @@ def summarize(events):
         "step_median": percentile(steps, 0.5), "step_p90": percentile(steps, 0.9), "steps": len(steps),
         "output": output_span, "output_blocks": len(output),
         "wait_median": percentile(waits, 0.5), "wait_p90": percentile(waits, 0.9),
+        "idle_median": percentile(idles, 0.5), "idle_p90": percentile(idles, 0.9),
         "work_median": percentile(works, 0.5), "work_p90": percentile(works, 0.9),
         "output_beside_chain": beside,
         "tail": tail,
@@ -125,16 +130,17 @@ def us(ns):
 
 def report(groups, out):
     print("| shape | pass | wy µs | chain µs (blocks on SMs) | chain step µs median (p90) | output µs (blocks, "
-          "beside a chain block) | output wait µs median (p90) | output work µs median (p90) | tail µs | end µs |",
-          file=out)
-    print("|---|---|---|---|---|---|---|---|---|---|", file=out)
+          "beside a chain block) | output wait µs median (p90) | of it polling µs median (p90) "
+          "| output work µs median (p90) | tail µs | end µs |", file=out)
+    print("|---|---|---|---|---|---|---|---|---|---|---|", file=out)
     for (shape, pass_), events in groups.items():
         s = summarize(events)
         print(f"| {shape} | {pass_} | {us(s['wy'][0])}–{us(s['wy'][1])} "
               f"| {us(s['chain'][0])}–{us(s['chain'][1])} ({s['chain_blocks']} on {s['chain_sms']}) "
               f"| {us(s['step_median'])} ({us(s['step_p90'])}) "
               f"| {us(s['output'][0])}–{us(s['output'][1])} ({s['output_blocks']}, {s['output_beside_chain']}) "
-              f"| {us(s['wait_median'])} ({us(s['wait_p90'])}) | {us(s['work_median'])} ({us(s['work_p90'])}) "
+              f"| {us(s['wait_median'])} ({us(s['wait_p90'])}) | {us(s['idle_median'])} ({us(s['idle_p90'])}) "
+              f"| {us(s['work_median'])} ({us(s['work_p90'])}) "
               f"| {us(s['tail'])} | {us(s['end'])} |", file=out)
 
 

@@ -14,17 +14,20 @@ import gated_delta_trace  # noqa: E402
 
 # Two WY blocks; two chain blocks, on SMs 0 and 1, whose steps take 2 µs and 3 µs and whose events interleave in the
 # file (as blocks record them); three output blocks: one on SM 0 while chain block 0 is there, one on SM 2 (no chain
-# block), one on SM 1 after chain block 1 has ended. Each figure below was worked out by hand from these rows.
+# block), one on SM 1 after chain block 1 has ended, each with P built before it polls (the third: at once ready).
+# Each figure below was worked out by hand from these rows.
 ROWS = [
     ("wy_start", 0, 0, 0, 0), ("wy_start", 100, 1, 1, 0), ("wy_end", 1000, 0, 0, 0), ("wy_end", 1500, 1, 1, 0),
     ("chain_start", 2000, 0, 0, 0), ("chain_start", 2000, 1, 1, 0),
     ("chain_step", 2100, 0, 0, 0), ("chain_step", 2100, 1, 1, 0),
     ("output_start", 2500, 0, 0, 0), ("output_start", 2600, 2, 1, 0),
+    ("output_built", 3000, 0, 0, 0), ("output_built", 3600, 2, 1, 0),
     ("chain_step", 4100, 0, 0, 1), ("output_ready", 4200, 0, 0, 0), ("output_end", 5000, 0, 0, 0),
     ("chain_step", 5100, 1, 1, 1), ("output_ready", 5200, 2, 1, 1), ("output_end", 6000, 2, 1, 0),
     ("chain_step", 6100, 0, 0, 2), ("chain_end", 8100, 0, 0, 0),
     ("chain_step", 8100, 1, 1, 2), ("chain_end", 11100, 1, 1, 0),
-    ("output_start", 11200, 1, 2, 0), ("output_ready", 11300, 1, 2, 2), ("output_end", 12000, 1, 2, 0),
+    ("output_start", 11200, 1, 2, 0), ("output_built", 11290, 1, 2, 0), ("output_ready", 11300, 1, 2, 2),
+    ("output_end", 12000, 1, 2, 0),
 ]
 SHAPE = "1x192 Hk=1 Hv=1 K=V=128"
 
@@ -78,6 +81,19 @@ class GatedDeltaTraceTest(unittest.TestCase):
         self.assertEqual(s["wait_p90"], 2600)
         self.assertEqual(s["tail"], 900)  # 12000 after the chain's last end, 11100 (its first end, 8100: planted)
 
+    def test_output_polling_from_built_to_ready(self):
+        # Polling 1200, 1600, 10: from each block's P built to its chunk ready. From the block's start (planted) it
+        # would be the waits, 1700, 2600, 100.
+        s = self.summary()
+        self.assertEqual(s["idle_median"], 1200)
+        self.assertEqual(s["idle_p90"], 1600)
+
+    def test_polling_absent_from_older_traces(self):
+        write(self.path, [r for r in ROWS if r[0] != "output_built"])
+        s = gated_delta_trace.summarize(gated_delta_trace.read_trace(self.path)[(SHAPE, "fwd")])
+        self.assertIsNone(s["idle_median"])
+        self.assertEqual(s["wait_median"], 1700)
+
     def test_output_work_from_ready_to_end(self):
         # Work 800, 800, 700: from each block's ready to its end. Timed from the block's start (planted) it is 2500,
         # 3400, 800, median 2500.
@@ -90,7 +106,7 @@ class GatedDeltaTraceTest(unittest.TestCase):
         out = io.StringIO()
         gated_delta_trace.report(gated_delta_trace.read_trace(self.path), out)
         self.assertIn(f"| {SHAPE} | fwd | 0.0–1.5 | 2.0–11.1 (2 on 2) | 2.0 (3.0) | 2.5–12.0 (3, 1) | 1.7 (2.6) "
-                      "| 0.8 (0.8) | 0.9 | 12.0 |", out.getvalue())
+                      "| 1.2 (1.6) | 0.8 (0.8) | 0.9 | 12.0 |", out.getvalue())
 
     def test_passes_and_shapes_apart(self):
         with open(self.path, "w") as f:

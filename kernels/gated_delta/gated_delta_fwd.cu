@@ -490,6 +490,7 @@ char const* gated_delta_trace_kind_name(GatedDeltaTraceKind kind) {
     case GatedDeltaTraceKind::kOutputStart: return "output_start";
     case GatedDeltaTraceKind::kOutputReady: return "output_ready";
     case GatedDeltaTraceKind::kOutputEnd: return "output_end";
+    case GatedDeltaTraceKind::kOutputBuilt: return "output_built";
   }
   return "unknown";
 }

@@ -262,6 +262,7 @@ __global__ void __launch_bounds__(kK * 2, 2)
   __syncthreads();  // q, k and the records have landed
 
   build_p_planes<T, kK, kWarps>(q_tile, k_tile, Sm::kLdK, rec_tile, planes, L, warp, lane);
+  if (tid == 0) gated_delta_trace_detail::trace_event(GatedDeltaTraceKind::kOutputBuilt);
 
   // Until the chain's blocks of this example and head (one per 32 value columns) have written the chunk.
   int const chain_tiles = V / kGatedDeltaLeanColumns;  // the launcher runs the chain in blocks of these

@@ -1,6 +1,7 @@
 // A timeline of the gated delta forward, block by block: when (the GPU's global timer, ns) and where (the
 // multiprocessor) each block of the WY kernel, of the lean state chain and of the output kernel beside it started and
-// ended, when each chain block began each chunk and when each output block found its chunk published. What it is for:
+// ended, when each chain block began each chunk, when each output block had built P and when it found its chunk
+// published. What it is for:
 // the chain and the output kernel share multiprocessors, so neither kernel's time alone says what bounds the forward
 // (kernels/gated_delta/NOTES.md, where the chain's blocks sit). ci/gated_delta_trace.py summarizes a trace.
 // Only a build configured with -DFUSEPACK_GATED_DELTA_TRACE=ON records (one atomic add and one 16-byte store per
@@ -22,9 +23,11 @@ enum class GatedDeltaTraceKind : int {
   kOutputStart = 5,   // an output block starts
   kOutputReady = 6,   // ... finds its chunk published by the chain (step = the chunk's index in its example)
   kOutputEnd = 7,     // ... has written o
+  kOutputBuilt = 8,   // ... has built its first warp's share of P and polls for its chunk (between start and ready)
 };
-inline constexpr int kGatedDeltaTraceKinds = 8;
-// "wy_start", "wy_end", "chain_start", "chain_step", "chain_end", "output_start", "output_ready", "output_end".
+inline constexpr int kGatedDeltaTraceKinds = 9;
+// "wy_start", "wy_end", "chain_start", "chain_step", "chain_end", "output_start", "output_ready", "output_end",
+// "output_built".
 char const* gated_delta_trace_kind_name(GatedDeltaTraceKind kind);
 
 struct GatedDeltaTraceEvent {

@@ -915,8 +915,8 @@ TEST(GatedDeltaBackwardParams, RefusesTensorsOffTheVectorGrid) {
 // reads. Planted: the block field one bit narrower (mask 0x7FFFFF) fails at the largest block; the SM field shifted by
 // 47 overlaps the block and fails at block 2^24 - 1 with SM 4095.
 TEST(GatedDeltaTrace, PackedEventsComeBackAsRecorded) {
-  char const* const names[] = {"wy_start",   "wy_end",       "chain_start",  "chain_step",
-                               "chain_end",  "output_start", "output_ready", "output_end"};
+  char const* const names[] = {"wy_start",     "wy_end",       "chain_start", "chain_step",  "chain_end",
+                               "output_start", "output_ready", "output_end",  "output_built"};
   static_assert(sizeof names / sizeof names[0] == kGatedDeltaTraceKinds, "a name per kind");
   struct Fields {
     int sm, block, step;
