@@ -1,9 +1,9 @@
 // A timeline of the gated delta forward, block by block: when (the GPU's global timer, ns) and where (the
 // multiprocessor) each block of the WY kernel, of the lean state chain and of the output kernel beside it started and
 // ended, when each chain block began each chunk, when each output block had built P and when it found its chunk
-// published. What it is for:
-// the chain and the output kernel share multiprocessors, so neither kernel's time alone says what bounds the forward
-// (kernels/gated_delta/NOTES.md, where the chain's blocks sit). ci/gated_delta_trace.py summarizes a trace.
+// published. What it is for: the chain and the output kernel share multiprocessors, so neither kernel's time alone
+// says what bounds the forward (kernels/gated_delta/NOTES.md, where the chain's blocks sit). ci/gated_delta_trace.py
+// summarizes a trace.
 // Only a build configured with -DFUSEPACK_GATED_DELTA_TRACE=ON records (one atomic add and one 16-byte store per
 // event, by one thread of a block); other builds compile the hooks to nothing and refuse gated_delta_trace_begin.
 #pragma once
