@@ -214,11 +214,9 @@ __global__ void __launch_bounds__(kSlabs * kKSplit * 32, 1)
       }
     }
     if constexpr (kKSplit == 2) {
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt) tile_to_exchange(x[nt], x_mine, nt, lane);
+      tiles_to_exchange(x, x_mine, lane);
       __syncthreads();
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt) tile_add_from_exchange(x[nt], x_other, nt, lane);
+      tiles_add_from_exchange(x, x_other, lane);
     }
 
     // yᵀ = dv_newᵀ Ainv on the warp's token blocks (Ainv[r][i] = 0 for i > r); y and dv out (staged by token rows

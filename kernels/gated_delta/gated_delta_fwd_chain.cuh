@@ -149,9 +149,9 @@ __global__ void __launch_bounds__(kSlabs * 64, 1)
         mma_split<Pol::kOrder>(x[2 * np + 1], a, b1);
       }
     }
-    tiles_to_smem(x, x_mine, lane);
+    tiles_to_exchange(x, x_mine, lane);
     __syncthreads();  // the slabs work in step
-    tiles_add_smem(x, x_other, lane);  // X_kh + X_other: the same sum in both warps (fp32 addition commutes)
+    tiles_add_from_exchange(x, x_other, lane);  // X_kh + X_other: the same sum in both warps (fp32 addition commutes)
 
     // Y_i = β_i (v_i − e^{G_i} rstd_k_i X_i) in place of X; then this warp's row blocks of v_new = Ainv Y.
     y_from_x(x, v_tile, Sm::kLdV, wc, rec_tile, lane);

@@ -741,17 +741,6 @@ struct RecurrenceSmem {
   static constexpr std::size_t kBytes = kExchange + (kKSplit == 2 ? sizeof(float) * kSlabs * 3 * kTileFloats : 0);
 };
 
-// A warp's [16, 64] accumulator tiles to / from shared memory, in their register order (lane-contiguous: no bank
-// conflicts, and the partner warp of the slab holds the same elements in the same registers).
-__device__ __forceinline__ void tiles_to_smem(float const (&x)[8][4], float* buf, int lane) {
-#pragma unroll
-  for (int nt = 0; nt < 8; ++nt) tile_to_exchange(x[nt], buf, nt, lane);
-}
-__device__ __forceinline__ void tiles_add_smem(float (&x)[8][4], float const* buf, int lane) {
-#pragma unroll
-  for (int nt = 0; nt < 8; ++nt) tile_add_from_exchange(x[nt], buf, nt, lane);
-}
-
 // Per chunk, with h the state entering it (k, q, v rows of the chunk; X, Z, Y, v_new, o as [16 columns, 64 tokens]
 // accumulator tiles of each warp):
 //   X = (k h)ᵀ, Z = (q h)ᵀ; Y_i = β_i (v_i − e^{G_i} rstd_k_i X_i); v_new = Ainv Y;
@@ -851,15 +840,15 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
     }
     if constexpr (kKSplit == 2) {  // X to the first warp of the slab, Z to the second: X = X_0 + X_1, Z = Z_0 + Z_1
       if (does_v_new) {
-        tiles_to_smem(z, exchange + Sm::kTileFloats, lane);
+        tiles_to_exchange(z, exchange + Sm::kTileFloats, lane);
       } else {
-        tiles_to_smem(x, exchange, lane);
+        tiles_to_exchange(x, exchange, lane);
       }
       __syncthreads();
       if (does_v_new) {
-        tiles_add_smem(x, exchange, lane);
+        tiles_add_from_exchange(x, exchange, lane);
       } else {
-        tiles_add_smem(z, exchange + Sm::kTileFloats, lane);
+        tiles_add_from_exchange(z, exchange + Sm::kTileFloats, lane);
       }
     }
 
@@ -880,7 +869,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
           mma_split<Pol::kOrder>(vn[2 * np + 1], a, b1);
         }
       }
-      if constexpr (kKSplit == 2) tiles_to_smem(vn, exchange + 2 * Sm::kTileFloats, lane);
+      if constexpr (kKSplit == 2) tiles_to_exchange(vn, exchange + 2 * Sm::kTileFloats, lane);
       if (kKSplit == 2 && p.save) {  // (kKSplit = 1: among the o products below)
 #pragma unroll
         for (int nt = 0; nt < 8; ++nt) store_tile_pairs(vn[nt], lane, vn_out, std::int64_t(Hv) * V, 8 * nt, L);
@@ -892,7 +881,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
     __syncthreads();  // P complete
     if (p.save && vtile == 0) save_p_planes<T, kThreads>(planes, p.P, std::int64_t(chunk0 + it) * Hv + hv, tid);
     if constexpr (kKSplit == 2) {
-      if (!does_v_new) tiles_add_smem(vn, exchange + 2 * Sm::kTileFloats, lane);  // vn was zero
+      if (!does_v_new) tiles_add_from_exchange(vn, exchange + 2 * Sm::kTileFloats, lane);  // vn was zero
     }
 
     // o = scale rstd_q e^{G} (q h) + P v_new, staged in the slab's own v columns.

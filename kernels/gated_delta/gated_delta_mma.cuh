@@ -497,6 +497,15 @@ __device__ __forceinline__ void tile_add_from_exchange(float (&d)[4], float cons
   float4 const f = reinterpret_cast<float4 const*>(buf)[slot * 32 + lane];
   d[0] += f.x, d[1] += f.y, d[2] += f.z, d[3] += f.w;
 }
+// A warp's [16, 64] accumulator tiles (eight, tile nt at slot nt) to the exchange, or added from it.
+__device__ __forceinline__ void tiles_to_exchange(float const (&x)[8][4], float* buf, int lane) {
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) tile_to_exchange(x[nt], buf, nt, lane);
+}
+__device__ __forceinline__ void tiles_add_from_exchange(float (&x)[8][4], float const* buf, int lane) {
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) tile_add_from_exchange(x[nt], buf, nt, lane);
+}
 
 // One accumulator tile of the recurrences' transposed frame (d[e] at value column g + 8·(e/2), token 2t + e%2, with
 // g = lane / 4, t = lane % 4) out to a token-major tensor as E, row `token` at dst + token·stride, for tokens < valid.
