@@ -7,7 +7,9 @@
 #   ci/gpu_profile.sh [build dir] [--kernels REGEX] [--skip N] [--count N] OP
 #     build dir        default: $FUSEPACK_BUILD_DIR or build
 #     --kernels REGEX  the kernels to profile (ncu's regex on the function name); default: OP
-#     --skip N         launches of those kernels to let run first (default 40: past the benchmark's checks and warm-up)
+#     --skip N         launches of those kernels to let run first (default 40: past the benchmark's checks and warm-up;
+#                      with the default regex these are forward kernels, which the benchmark times first; for the
+#                      backward's: --kernels OP_bwd --skip 10 --count 6, e.g. gated_delta_bwd)
 #     --count N        launches to profile (default 12); a kernel launched more than once is folded into its median
 #     OP               the fusepack-bench op, e.g. gated_delta
 # Exit status non-zero when ncu or the report fails; ncu's report and log in $OUT_DIR (default: build dir/profile).
