@@ -6,22 +6,25 @@
 # for OP in each round, base first in odd rounds and this tree first in even ones, so that a drift of the GPU's clocks
 # over the call does not favour one side. Prints a Markdown table (ci/bench_ab.py): per shape and pass, the fused ms
 # of every round on each side, their means and the change (this - base) / base.
-#   ci/bench_ab.sh BASE [OP] [--rounds N]
+#   ci/bench_ab.sh BASE [OP] [--rounds N] [--same-bits]
 #     BASE        the code before: a fusepack source tree, or a .tar.gz of one, unpacked afresh into $AB_DIR/base-src;
 #                 on the development machine: git archive --format=tar.gz -o .deps/base.tar.gz main
 #     OP          the fusepack-bench op (default gated_delta); FUSEPACK_BENCH_* settings reach both benches unchanged
 #     --rounds N  rounds of the two runs (default 2)
+#     --same-bits for a change meant to keep every result bit for bit: also builds fusepack-gradcheck, and before any
+#                 timing runs OP's cases of ci/same_bits_cases.txt on both trees with --fused-only --digest and
+#                 compares every output's and gradient's digest (ci/same_bits.py); one that differs stops the run
 # AB_DIR is $FUSEPACK_AB_DIR or build-ab; each run's output goes to $AB_DIR/logs/round<r>-<base|this>.log, and a bench
-# that fails stops the script (exit 1). FUSEPACK_CMAKE_ARGS reaches both builds; FUSEPACK_AB_SKIP_BUILD=1 runs the
-# builds of an earlier call as they are (a second call on the same machine).
+# that fails stops the script (exit 1), as do different bits under --same-bits. FUSEPACK_CMAKE_ARGS reaches both
+# builds; FUSEPACK_AB_SKIP_BUILD=1 runs the builds of an earlier call as they are (a second call on the same machine).
 # Example, one shape, three rounds:
 #   FUSEPACK_BENCH_GATED_DELTA_SHAPE="1x8192 Hk=16 Hv=32" bash ci/bench_ab.sh .deps/base.tar.gz gated_delta --rounds 3
 set -euo pipefail
 caller=$PWD
 cd "$(dirname "$0")/.."
-usage() { sed -n '/^#   ci\/bench_ab.sh BASE/,/^#     --rounds/s/^# \{0,1\}//p' "$0"; }
+usage() { sed -n '/^#   ci\/bench_ab.sh BASE/,/one that differs stops the run$/s/^# \{0,1\}//p' "$0"; }
 fail() { echo "bench_ab: $*" >&2; exit 2; }
-base='' op='' rounds=2
+base='' op='' rounds=2 same_bits=0
 while [ $# -gt 0 ]; do
   case $1 in
     --rounds)
@@ -29,18 +32,30 @@ while [ $# -gt 0 ]; do
       [[ $2 =~ ^[1-9][0-9]*$ ]] || fail "--rounds needs a positive whole number; got '$2'"
       rounds=$2
       shift 2 ;;
+    --same-bits) same_bits=1; shift ;;
     -h|--help) usage; exit 0 ;;
-    -*) fail "unknown argument '$1' (usage: ci/bench_ab.sh BASE [OP] [--rounds N])" ;;
+    -*) fail "unknown argument '$1' (usage: ci/bench_ab.sh BASE [OP] [--rounds N] [--same-bits])" ;;
     *)
       if [ -z "$base" ]; then base=$1
       elif [ -z "$op" ]; then op=$1
-      else fail "unknown argument '$1' (usage: ci/bench_ab.sh BASE [OP] [--rounds N])"
+      else fail "unknown argument '$1' (usage: ci/bench_ab.sh BASE [OP] [--rounds N] [--same-bits])"
       fi
       shift ;;
   esac
 done
 [ -n "$base" ] || fail "name BASE, the code before: a fusepack source tree or a .tar.gz of one"
 op=${op:-gated_delta}
+# --same-bits: OP's lines of the cases file (its arguments for fusepack-gradcheck), refused when there are none.
+same_bits_cases=()
+if [ $same_bits = 1 ]; then
+  [ -f ci/same_bits_cases.txt ] || fail "--same-bits needs ci/same_bits_cases.txt"
+  while read -r case_op case_args; do
+    if [ "$case_op" = "$op" ]; then same_bits_cases+=("$case_args"); fi
+  done < <(grep -v '^[[:space:]]*\(#\|$\)' ci/same_bits_cases.txt)
+  [ ${#same_bits_cases[@]} -gt 0 ] || fail "--same-bits: ci/same_bits_cases.txt has no case of '$op'"
+fi
+targets=fusepack-bench
+[ $same_bits = 0 ] || targets="fusepack-bench fusepack-gradcheck"
 # BASE as the caller named it, from the caller's directory.
 case $base in /*) base_path=$base ;; *) base_path=$caller/$base ;; esac
 [ -e "$base_path" ] || fail "BASE $base does not exist"
@@ -61,8 +76,10 @@ logs=$ab_dir/logs
 rm -f "$logs"/round*.log
 if [ "${FUSEPACK_AB_SKIP_BUILD:-0}" = 1 ]; then
   for side in base this; do
-    [ -x "$ab_dir/$side/bin/fusepack-bench" ] ||
-      fail "FUSEPACK_AB_SKIP_BUILD=1 but $ab_dir/$side/bin/fusepack-bench is missing; run once without it"
+    for target in $targets; do
+      [ -x "$ab_dir/$side/bin/$target" ] ||
+        fail "FUSEPACK_AB_SKIP_BUILD=1 but $ab_dir/$side/bin/$target is missing; run once without it"
+    done
   done
 else
   # This tree's setup for both builds: an older base tree may not have ci/gpu_env.sh.
@@ -82,12 +99,12 @@ else
   # Both builds at once, half the jobs each: a build's last minutes are a few long nvcc compiles that leave most cores
   # idle, and the GPU machine's time is what an A/B call spends.
   jobs_each=$(( (FUSEPACK_JOBS + 1) / 2 ))
-  build() {  # side, source tree: exit status 0 when its fusepack-bench was built
-    (cd "$2" && FUSEPACK_BUILD_DIR=$ab_dir/$1 FUSEPACK_JOBS=$jobs_each FUSEPACK_TARGETS=fusepack-bench \
+  build() {  # side, source tree: exit status 0 when its targets were built
+    (cd "$2" && FUSEPACK_BUILD_DIR=$ab_dir/$1 FUSEPACK_JOBS=$jobs_each FUSEPACK_TARGETS="$targets" \
       FUSEPACK_CMAKE_ARGS="-DFUSEPACK_REQUIRE_CUDA=ON ${FUSEPACK_CMAKE_ARGS:-}" bash ci/build.sh) \
       >"$logs/build-$1.log" 2>&1
   }
-  echo "[bench-ab] building fusepack-bench of base ($base_src) and of this tree ($PWD) at once, $jobs_each jobs" \
+  echo "[bench-ab] building $targets of base ($base_src) and of this tree ($PWD) at once, $jobs_each jobs" \
     "each, into $ab_dir/base and $ab_dir/this; logs $logs/build-base.log, $logs/build-this.log"
   declare -A build_pid
   build base "$base_src" &
@@ -98,7 +115,9 @@ else
   for side in base this; do
     status=0
     wait "${build_pid[$side]}" || status=$?
-    if [ "$status" -ne 0 ] || [ ! -x "$ab_dir/$side/bin/fusepack-bench" ]; then
+    built=1
+    for target in $targets; do [ -x "$ab_dir/$side/bin/$target" ] || built=0; done
+    if [ "$status" -ne 0 ] || [ $built = 0 ]; then
       tail -20 "$logs/build-$side.log"
       echo "bench_ab: the build of $side failed (exit $status); log $logs/build-$side.log" >&2
       failed=1
@@ -108,6 +127,33 @@ else
 fi
 
 device=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1 || true)
+if [ $same_bits = 1 ]; then
+  echo "[bench-ab] same bits? fusepack-gradcheck $op --fused-only --digest on both trees, ${#same_bits_cases[@]} cases"
+  rm -f "$logs"/same-bits-*.log
+  differ=0
+  for i in "${!same_bits_cases[@]}"; do
+    case_args=${same_bits_cases[$i]}
+    for side in base this; do
+      log=$logs/same-bits-$((i + 1))-$side.log
+      status=0
+      # shellcheck disable=SC2086  # the case's arguments, split as the cases file writes them
+      "$ab_dir/$side/bin/fusepack-gradcheck" "$op" $case_args --fused-only --digest >"$log" 2>&1 </dev/null ||
+        status=$?
+      if [ $status -ne 0 ]; then
+        tail -5 "$log"
+        echo "bench_ab: fusepack-gradcheck of $side failed on '$op $case_args' (exit $status); log $log" >&2
+        exit 1
+      fi
+    done
+    python3 ci/same_bits.py "$logs/same-bits-$((i + 1))-base.log" "$logs/same-bits-$((i + 1))-this.log" \
+      --case "$op $case_args" || differ=$((differ + 1))
+  done
+  if [ $differ -ne 0 ]; then
+    echo "bench_ab: --same-bits: $differ of ${#same_bits_cases[@]} cases differ (or compared nothing); no timing of" \
+      "results that are not the same (logs $logs/same-bits-*.log)" >&2
+    exit 1
+  fi
+fi
 echo "[bench-ab] ${device:-no nvidia-smi}; fusepack-bench $op, $rounds rounds; logs in $logs"
 for ((r = 1; r <= rounds; r++)); do
   if ((r % 2)); then order=(base this); else order=(this base); fi

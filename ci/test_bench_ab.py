@@ -8,8 +8,10 @@ base first in every round fails the order tests; the change as (base - this) / b
 sourcing ci/gpu_env.sh with FUSEPACK_AB_SKIP_BUILD=1 fails every whole run (".deps/debs is missing"); the script
 ignoring a bench's exit status fails the failure test; the base's build dir passed as a relative path (a build inside
 the base tree) fails the build tests; running the two builds one after the other fails the build test (each stand-in
-build waits for the other's start). Found while writing them: grep -q on a tarball's listing stops reading at the match,
-and tar's SIGPIPE then fails the pipeline under pipefail; the tarball test's long listing catches it."""
+build waits for the other's start); with --same-bits, timing although a case's bits differ fails the different-bits
+test, and skipping the cases fails the same-bits test. Found while writing them: grep -q on a tarball's listing stops
+reading at the match, and tar's SIGPIPE then fails the pipeline under pipefail; the tarball test's long listing catches
+it."""
 import io
 import os
 import stat
@@ -87,11 +89,26 @@ if [ -n "${AB_CONCURRENT:-}" ]; then
 fi
 mkdir -p "$FUSEPACK_BUILD_DIR/bin"
 cp "$AB_STANDINS/bench-TREE" "$FUSEPACK_BUILD_DIR/bin/fusepack-bench"
+case " $FUSEPACK_TARGETS " in
+  *" fusepack-gradcheck "*) cp "$AB_STANDINS/gradcheck-TREE" "$FUSEPACK_BUILD_DIR/bin/fusepack-gradcheck" ;;
+esac
 """
 
 
 def fake_build(tree):
     return FAKE_BUILD.replace("TREE", tree).replace("OTHER", "this" if tree == "base" else "base")
+
+# A stand-in for one side's fusepack-gradcheck: its arguments as a line into $AB_RECORD/gradcheck-SIDE, then o's and
+# dq's digests (dq's from $AB_DQ_SIDE, if set) and, on this tree, a tensor the base does not print; exits 1 when
+# $AB_GRADCHECK_FAIL names its side.
+FAKE_GRADCHECK = """#!/usr/bin/env bash
+echo "$*" >> "$AB_RECORD/gradcheck-SIDE"
+echo "fusepack-gradcheck $1: fused only on cuda, bf16: 2 outputs and 6 gradients computed; none checked"
+if [ "${AB_GRADCHECK_FAIL:-}" = SIDE ]; then echo "fusepack-gradcheck: boom" >&2; exit 1; fi
+echo "  o bf16 [75, 2, 64]: digest 0123456789abcdef"
+echo "  dq bf16 [75, 1, 64]: digest ${AB_DQ_SIDE:-fedcba9876543210}"
+[ SIDE = base ] || echo "  o (no grad) bf16 [75, 2, 64]: digest 0123456789abcdef"
+"""
 
 FAKE_NVIDIA_SMI = '#!/bin/sh\necho "NVIDIA H200, 580.95.05"\n'
 # dpkg -x DEB DIR: records the .deb and leaves a file in DIR.
@@ -172,7 +189,7 @@ class Script(unittest.TestCase):
         self.tmp = tempfile.TemporaryDirectory()
         root = self.tmp.name
         self.repo = os.path.join(root, "repo")
-        for name in ("bench_ab.sh", "bench_ab.py", "gpu_env.sh"):
+        for name in ("bench_ab.sh", "bench_ab.py", "gpu_env.sh", "same_bits.py", "same_bits_cases.txt"):
             write(os.path.join(self.repo, "ci", name), read(os.path.join(HERE, name)))
         self.ab_dir = os.path.join(root, "ab")
         self.record = os.path.join(root, "record")
@@ -185,6 +202,8 @@ class Script(unittest.TestCase):
         write(self.order, "")
         for side in ("base", "this"):
             write(os.path.join(self.standins, f"bench-{side}"), FAKE_BENCH.replace("SIDE", side), executable=True)
+            write(os.path.join(self.standins, f"gradcheck-{side}"), FAKE_GRADCHECK.replace("SIDE", side),
+                  executable=True)
             for call in range(3):
                 write(os.path.join(self.reports, f"{side}-{call}.txt"), report(side, call))
         write(os.path.join(self.fake_bin, "nvidia-smi"), FAKE_NVIDIA_SMI, executable=True)
@@ -195,10 +214,11 @@ class Script(unittest.TestCase):
     def tearDown(self):
         self.tmp.cleanup()
 
-    def install_benches(self):
+    def install_benches(self, gradcheck=False):
         for side in ("base", "this"):
-            write(os.path.join(self.ab_dir, side, "bin", "fusepack-bench"),
-                  read(os.path.join(self.standins, f"bench-{side}")), executable=True)
+            for target, standin in [("fusepack-bench", "bench"), ("fusepack-gradcheck", "gradcheck")][:1 + gradcheck]:
+                write(os.path.join(self.ab_dir, side, "bin", target),
+                      read(os.path.join(self.standins, f"{standin}-{side}")), executable=True)
 
     def run_script(self, *args, skip_build=True, **env_extra):
         env = dict(os.environ, PATH=self.fake_bin + os.pathsep + os.environ["PATH"], FUSEPACK_AB_DIR=self.ab_dir,
@@ -297,19 +317,86 @@ class Script(unittest.TestCase):
             self.assertIn(message, err, args)
             self.assertEqual(self.order_of_runs(), [], args)
 
+    def gated_delta_cases(self):
+        with open(os.path.join(HERE, "same_bits_cases.txt")) as f:
+            return [line.split(None, 1)[1].strip() for line in f if line.startswith("gated_delta ")]
+
+    def test_same_bits_compares_every_case_of_the_op_then_times(self):
+        self.install_benches(gradcheck=True)
+        status, out, err = self.run_script("base", "--same-bits", "--rounds", "1")
+        self.assertEqual(status, 0, out + err)
+        cases = self.gated_delta_cases()
+        self.assertGreaterEqual(len(cases), 5)
+        for side in ("base", "this"):
+            self.assertEqual(read(os.path.join(self.record, f"gradcheck-{side}")).splitlines(),
+                             [f"gated_delta {args} --fused-only --digest" for args in cases])
+        same = [line for line in out.splitlines() if line.startswith("same bits: ")]
+        self.assertEqual(same, [f"same bits: gated_delta {args}: 2 tensors" for args in cases])
+        self.assertEqual(out.count("  not compared, only this tree printed: o (no grad)"), len(cases))
+        self.assertEqual(self.order_of_runs(), ["base", "this"])  # timed after the bits matched
+        self.assertIn("| shape |", out)
+
+    def test_different_bits_stop_the_run_before_timing(self):
+        self.install_benches(gradcheck=True)
+        status, out, err = self.run_script("base", "--same-bits", AB_DQ_this="fedcba9876543211")
+        self.assertEqual(status, 1, out + err)
+        cases = self.gated_delta_cases()
+        self.assertEqual(out.count("DIFFERENT bits: gated_delta "), len(cases))
+        self.assertIn(f": dq differ (of 2 tensors)", out)
+        self.assertIn(f"bench_ab: --same-bits: {len(cases)} of {len(cases)} cases differ", err)
+        self.assertEqual(self.order_of_runs(), [])
+        self.assertNotIn("| shape |", out)
+
+    def test_a_failing_gradcheck_stops_the_run_naming_its_log(self):
+        self.install_benches(gradcheck=True)
+        status, out, err = self.run_script("base", "--same-bits", AB_GRADCHECK_FAIL="this")
+        self.assertEqual(status, 1, out + err)
+        self.assertIn(f"bench_ab: fusepack-gradcheck of this failed on 'gated_delta {self.gated_delta_cases()[0]}' "
+                      f"(exit 1); log {self.ab_dir}/logs/same-bits-1-this.log", err)
+        self.assertIn("fusepack-gradcheck: boom", out)
+        self.assertEqual(self.order_of_runs(), [])
+
+    def test_same_bits_needs_cases_of_the_op_and_both_gradchecks(self):
+        self.install_benches()
+        for args, message in [(("base", "linear_cross_entropy", "--same-bits"),
+                               "bench_ab: --same-bits: ci/same_bits_cases.txt has no case of 'linear_cross_entropy'"),
+                              (("base", "--same-bits"), f"FUSEPACK_AB_SKIP_BUILD=1 but {self.ab_dir}/base/bin/"
+                                                        "fusepack-gradcheck is missing")]:
+            status, out, err = self.run_script(*args)
+            self.assertEqual(status, 2, (args, out, err))
+            self.assertIn(message, err, args)
+            self.assertEqual(self.order_of_runs(), [], args)
+
     def test_building_needs_deps(self):
         status, out, err = self.run_script("base", skip_build=False)
         self.assertEqual(status, 1, out + err)
         self.assertIn("[gpu] .deps/debs is missing: run ci/gpu_deps.sh", out)
 
-    def test_building_both_trees(self):
-        # This tree's build script, .deps with one package, and stand-ins for dpkg and torch.
-        write(os.path.join(self.repo, "ci", "build.sh"), fake_build("this"), executable=True)
+    def build_deps(self):
+        """.deps with one package and stand-ins for dpkg and torch, for the builds; the stand-in torch's path."""
         write(os.path.join(self.repo, ".deps", "debs", "libfake-dev_1.0_amd64.deb"), "")
         write(os.path.join(self.fake_bin, "dpkg"), FAKE_DPKG, executable=True)
         fake_py = os.path.join(self.tmp.name, "fake-py")
         write(os.path.join(fake_py, "torch", "__init__.py"), "")
         write(os.path.join(fake_py, "torch", "utils.py"), "cmake_prefix_path = '/opt/torch/share/cmake'\n")
+        return fake_py
+
+    def test_building_with_same_bits_builds_both_tools(self):
+        write(os.path.join(self.repo, "ci", "build.sh"), fake_build("this"), executable=True)
+        status, out, err = self.run_script("base", "--same-bits", "--rounds", "1", skip_build=False,
+                                           PYTHONPATH=self.build_deps())
+        self.assertEqual(status, 0, out + err)
+        for tree in ("base", "this"):
+            self.assertIn("targets=fusepack-bench fusepack-gradcheck",
+                          read(os.path.join(self.record, f"build-{tree}")).splitlines())
+        self.assertIn("[bench-ab] building fusepack-bench fusepack-gradcheck of base", out)
+        self.assertEqual(len(read(os.path.join(self.record, "gradcheck-this")).splitlines()),
+                         len(self.gated_delta_cases()))
+        self.assertEqual(self.order_of_runs(), ["base", "this"])
+
+    def test_building_both_trees(self):
+        write(os.path.join(self.repo, "ci", "build.sh"), fake_build("this"), executable=True)
+        fake_py = self.build_deps()
         tarball = os.path.join(self.tmp.name, "base.tar.gz")
         with tarfile.open(tarball, "w:gz") as tar:
             tar.add(os.path.join(self.base, "ci"), arcname="fusepack/ci")  # git archive --prefix=fusepack/
@@ -336,11 +423,7 @@ class Script(unittest.TestCase):
 
     def test_a_failing_build_stops_the_run(self):
         write(os.path.join(self.repo, "ci", "build.sh"), "#!/bin/sh\necho 'compile error' >&2\nexit 3\n")
-        write(os.path.join(self.repo, ".deps", "debs", "libfake-dev_1.0_amd64.deb"), "")
-        write(os.path.join(self.fake_bin, "dpkg"), FAKE_DPKG, executable=True)
-        fake_py = os.path.join(self.tmp.name, "fake-py")
-        write(os.path.join(fake_py, "torch", "__init__.py"), "")
-        write(os.path.join(fake_py, "torch", "utils.py"), "cmake_prefix_path = '/opt/torch/share/cmake'\n")
+        fake_py = self.build_deps()
         status, out, err = self.run_script("base", skip_build=False, PYTHONPATH=fake_py)
         self.assertEqual(status, 1, out + err)
         self.assertIn("compile error", out)
