@@ -56,6 +56,9 @@ if [ $same_bits = 1 ]; then
 fi
 targets=fusepack-bench
 [ $same_bits = 0 ] || targets="fusepack-bench fusepack-gradcheck"
+missing_target() {  # side: the first of the targets its build dir lacks, nothing when it has them all
+  for target in $targets; do [ -x "$ab_dir/$1/bin/$target" ] || { echo "$target"; return; }; done
+}
 # BASE as the caller named it, from the caller's directory.
 case $base in /*) base_path=$base ;; *) base_path=$caller/$base ;; esac
 [ -e "$base_path" ] || fail "BASE $base does not exist"
@@ -76,10 +79,8 @@ logs=$ab_dir/logs
 rm -f "$logs"/round*.log
 if [ "${FUSEPACK_AB_SKIP_BUILD:-0}" = 1 ]; then
   for side in base this; do
-    for target in $targets; do
-      [ -x "$ab_dir/$side/bin/$target" ] ||
-        fail "FUSEPACK_AB_SKIP_BUILD=1 but $ab_dir/$side/bin/$target is missing; run once without it"
-    done
+    missing=$(missing_target $side)
+    [ -z "$missing" ] || fail "FUSEPACK_AB_SKIP_BUILD=1 but $ab_dir/$side/bin/$missing is missing; run once without it"
   done
 else
   # This tree's setup for both builds: an older base tree may not have ci/gpu_env.sh.
@@ -115,9 +116,7 @@ else
   for side in base this; do
     status=0
     wait "${build_pid[$side]}" || status=$?
-    built=1
-    for target in $targets; do [ -x "$ab_dir/$side/bin/$target" ] || built=0; done
-    if [ "$status" -ne 0 ] || [ $built = 0 ]; then
+    if [ "$status" -ne 0 ] || [ -n "$(missing_target $side)" ]; then
       tail -20 "$logs/build-$side.log"
       echo "bench_ab: the build of $side failed (exit $status); log $logs/build-$side.log" >&2
       failed=1
@@ -132,9 +131,9 @@ if [ $same_bits = 1 ]; then
   rm -f "$logs"/same-bits-*.log
   differ=0
   for i in "${!same_bits_cases[@]}"; do
-    case_args=${same_bits_cases[$i]}
+    case_args=${same_bits_cases[$i]} case_logs=$logs/same-bits-$((i + 1))
     for side in base this; do
-      log=$logs/same-bits-$((i + 1))-$side.log
+      log=$case_logs-$side.log
       status=0
       # shellcheck disable=SC2086  # the case's arguments, split as the cases file writes them
       "$ab_dir/$side/bin/fusepack-gradcheck" "$op" $case_args --fused-only --digest >"$log" 2>&1 </dev/null ||
@@ -145,8 +144,8 @@ if [ $same_bits = 1 ]; then
         exit 1
       fi
     done
-    python3 ci/same_bits.py "$logs/same-bits-$((i + 1))-base.log" "$logs/same-bits-$((i + 1))-this.log" \
-      --case "$op $case_args" || differ=$((differ + 1))
+    python3 ci/same_bits.py "$case_logs-base.log" "$case_logs-this.log" --case "$op $case_args" ||
+      differ=$((differ + 1))
   done
   if [ $differ -ne 0 ]; then
     echo "bench_ab: --same-bits: $differ of ${#same_bits_cases[@]} cases differ (or compared nothing); no timing of" \

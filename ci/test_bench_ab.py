@@ -342,7 +342,7 @@ class Script(unittest.TestCase):
         self.assertEqual(status, 1, out + err)
         cases = self.gated_delta_cases()
         self.assertEqual(out.count("DIFFERENT bits: gated_delta "), len(cases))
-        self.assertIn(f": dq differ (of 2 tensors)", out)
+        self.assertIn(": dq differ (of 2 tensors)", out)
         self.assertIn(f"bench_ab: --same-bits: {len(cases)} of {len(cases)} cases differ", err)
         self.assertEqual(self.order_of_runs(), [])
         self.assertNotIn("| shape |", out)
