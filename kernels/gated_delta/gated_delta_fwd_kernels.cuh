@@ -62,19 +62,27 @@ __device__ __forceinline__ void build_p_planes(T const* q_tile, T const* k_tile,
   static_assert(32 % kWarps == 0, "the 32 tiles split evenly among the warps");
   int const g = lane >> 2, t = lane & 3;
   // One tile out: rows g and g + 8 of row block mt, columns 2t, 2t + 1 of column tile nt (acc zero: a zero tile).
+  // The records of the lane's two columns are read once per tile and those of its two rows once each (rows and
+  // columns past L hold zeros in the records, which the mask below leaves unused).
   auto const store = [&](int mt, int nt, float const (&acc)[4], bool scaled) {
+    int const j = 8 * nt + 2 * t;
+    float rk_j[2] = {0.0f, 0.0f}, G_j[2] = {0.0f, 0.0f};
+    if (scaled) {
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        rk_j[c] = rec_tile[(j + c) * kRecord + kRecRk];
+        G_j[c] = rec_tile[(j + c) * kRecord + kRecG];
+      }
+    }
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
-      int const i = 16 * mt + g + 8 * hr, j = 8 * nt + 2 * t;
+      int const i = 16 * mt + g + 8 * hr;
       float val[2] = {0.0f, 0.0f};
       if (scaled) {
+        float const sq_i = rec_tile[i * kRecord + kRecSq], G_i = rec_tile[i * kRecord + kRecG];
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
-          if (j + c <= i && i < L) {
-            float const* ri = rec_tile + i * kRecord;
-            float const* rj = rec_tile + (j + c) * kRecord;
-            val[c] = ri[kRecSq] * rj[kRecRk] * acc[2 * hr + c] * policy_exp<T>(ri[kRecG] - rj[kRecG]);
-          }
+          if (j + c <= i && i < L) val[c] = sq_i * rk_j[c] * acc[2 * hr + c] * policy_exp<T>(G_i - G_j[c]);
         }
       }
       std::uint32_t w[kPF];
