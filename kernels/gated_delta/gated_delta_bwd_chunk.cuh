@@ -18,6 +18,29 @@ using namespace gated_delta_mma;
 
 constexpr int kSlab = 32;  // rows of h and dh_next per step of gated_delta_bwd_chunk
 
+// Two neighbouring 16-bit elements (4-byte aligned) in one 4-byte shared-memory load, widened to fp32.
+template <typename T>
+__device__ __forceinline__ float2 load_pair(T const* at) {
+  static_assert(sizeof(T) == 2, "16-bit elements");
+  std::uint32_t const w = *reinterpret_cast<std::uint32_t const*>(at);
+  T h[2];
+  memcpy(h, &w, sizeof(w));
+  return make_float2(to_float(h[0]), to_float(h[1]));
+}
+
+// Two neighbouring elements of a global tensor (the first at an even element offset) in one store, rounded to T.
+template <typename T>
+__device__ __forceinline__ void store_pair(T* at, float x0, float x1) {
+  if constexpr (sizeof(T) == 4) {
+    *reinterpret_cast<float2*>(at) = make_float2(x0, x1);
+  } else {
+    T const h[2] = {from_float<T>(x0), from_float<T>(x1)};
+    std::uint32_t w;
+    memcpy(&w, h, sizeof(w));
+    *reinterpret_cast<std::uint32_t*>(at) = w;
+  }
+}
+
 // kSlab columns of a saved hᵀ or dh_nextᵀ [V][K] (state_tile order) held in registers between their global load and
 // their shared-memory store, so that the load is in flight while the block computes on the previous slab: kPer
 // float4 per thread, whole tiles, coalesced. Element x of v[u] is at row(u) + 8·(x/2), column col(u) + x%2 of the slab.
@@ -134,15 +157,22 @@ __device__ __forceinline__ void chunk_head_rows(GatedDeltaBwdParams const& p, in
   });
 }
 
-// One element (row i) of the state terms S1 = do hᵀ, S2 = y hᵀ, S3 = v_new dh_nextᵀ (a1, a2, a3) into dq̂, dk̂ and the
-// fp64 sums of dG (s_g), dβ (s_b) and the e^{G_last} term (last); qv = scale·q̂ and kv = k̂ at that element.
-// Acc: double in the fp32 kernel; float in the 16-bit one, which adds a slab's few terms in fp32 and carries the
-// sums across slabs in fp64.
+// A chunk row's factors of the state terms: e^{G_i}, β_i e^{G_i}, e^{G_last − G_i}.
+struct StateRow {
+  float gi, bgi, si;
+};
+__device__ __forceinline__ StateRow state_row(int i, float const* Gam, float const* beta, float const* s_end) {
+  return {Gam[i], beta[i] * Gam[i], s_end[i]};
+}
+
+// One element (row i, its factors r) of the state terms S1 = do hᵀ, S2 = y hᵀ, S3 = v_new dh_nextᵀ (a1, a2, a3) into
+// dq̂, dk̂ and the fp64 sums of dG (s_g), dβ (s_b) and the e^{G_last} term (last); qv = scale·q̂ and kv = k̂ at that
+// element. Acc: double in the fp32 kernel; float in the 16-bit one, which adds a slab's few terms in fp32 and carries
+// the sums across slabs in fp64.
 template <typename Acc>
-__device__ __forceinline__ void fold_state_term(int i, float const* Gam, float const* beta, float const* s_end,
-                                                float qv, float kv, float a1, float a2, float a3, float& dq, float& dk,
-                                                Acc& s_g, Acc& s_b, Acc& last) {
-  float const gi = Gam[i], bgi = beta[i] * Gam[i], si = s_end[i];
+__device__ __forceinline__ void fold_state_term(StateRow const& r, float qv, float kv, float a1, float a2, float a3,
+                                                float& dq, float& dk, Acc& s_g, Acc& s_b, Acc& last) {
+  float const gi = r.gi, bgi = r.bgi, si = r.si;
   dq += gi * a1;
   dk += si * a3 - bgi * a2;
   s_g += Acc(gi * qv * a1) - Acc(bgi * kv * a2) - Acc(si * kv * a3);
@@ -212,8 +242,9 @@ __device__ __forceinline__ void chunk_dg_dbeta(GatedDeltaBwdParams const& p, int
 }
 
 // dq = rstd_q (scale·dq̂ − x̂ (x̂·scale·dq̂)) with x̂ = rstd_q q; dk likewise without the scale: the warp's accumulator
-// tiles dq[nt], dk[nt] hold rows m0.. and columns col_of(nt)..; x_hat(i, col) gives {x̂_q, x̂_k} there. The row dots:
-// each warp's columns, then the two warps of the row (half = 0, 1) in order.
+// tiles dq[nt], dk[nt] hold rows m0.. and columns col_of(nt)..; x_hat(i, col) gives {x̂_q, x̂_k} at row i, columns
+// col and col + 1 (col even) as {x̂_q(col), x̂_q(col + 1), x̂_k(col), x̂_k(col + 1)}. The row dots: each warp's
+// columns, then the two warps of the row (half = 0, 1) in order. dq and dk go out two neighbouring columns a store.
 template <typename T, int K, int kNT, class ColOf, class XHat>
 __device__ __forceinline__ void chunk_dq_dk(GatedDeltaBwdParams const& p, int start, int len, int kh, int m0, int half,
                                             ColOf const& col_of, float (&dq)[kNT][4], float (&dk)[kNT][4],
@@ -224,12 +255,15 @@ __device__ __forceinline__ void chunk_dq_dk(GatedDeltaBwdParams const& p, int st
 #pragma unroll
   for (int nt = 0; nt < kNT; ++nt) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      int const i = m0 + g + 8 * (e >> 1), col = col_of(nt) + 2 * t4 + (e & 1);
-      float2 const x = x_hat(i, col);
-      dq[nt][e] *= scale;
-      dot_q[e >> 1] += x.x * dq[nt][e];
-      dot_k[e >> 1] += x.y * dk[nt][e];
+    for (int hf = 0; hf < 2; ++hf) {
+      float4 const x = x_hat(m0 + g + 8 * hf, col_of(nt) + 2 * t4);
+#pragma unroll
+      for (int b = 0; b < 2; ++b) {
+        int const e = 2 * hf + b;
+        dq[nt][e] *= scale;
+        dot_q[hf] += (b ? x.y : x.x) * dq[nt][e];
+        dot_k[hf] += (b ? x.w : x.z) * dk[nt][e];
+      }
     }
   }
 #pragma unroll
@@ -252,18 +286,20 @@ __device__ __forceinline__ void chunk_dq_dk(GatedDeltaBwdParams const& p, int st
     std::int64_t const row = (std::int64_t(start + i) * p.Hk + kh) * K;
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt) {
+      int const col = col_of(nt) + 2 * t4;
+      float x[2], y[2];
+      float4 const xh = p.use_qk_l2norm ? x_hat(i, col) : float4{};
 #pragma unroll
       for (int b = 0; b < 2; ++b) {
-        int const col = col_of(nt) + 2 * t4 + b;
-        float x = dq[nt][2 * hf + b], y = dk[nt][2 * hf + b];
+        x[b] = dq[nt][2 * hf + b];
+        y[b] = dk[nt][2 * hf + b];
         if (p.use_qk_l2norm) {
-          float2 const xh = x_hat(i, col);
-          x = r_q * (x - xh.x * dot_qi);
-          y = r_k * (y - xh.y * dot_ki);
+          x[b] = r_q * (x[b] - (b ? xh.y : xh.x) * dot_qi);
+          y[b] = r_k * (y[b] - (b ? xh.w : xh.z) * dot_ki);
         }
-        dq_out[row + col] = from_float<T>(x);
-        dk_out[row + col] = from_float<T>(y);
       }
+      store_pair(dq_out + row + col, x[0], x[1]);
+      store_pair(dk_out + row + col, y[0], y[1]);
     }
   }
 }
@@ -423,8 +459,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           int const i = m0 + g + 8 * (e >> 1), kc = sb * kSlab + nb + 16 * j2 + 2 * t4 + (e & 1);
-          fold_state_term(i, Gam, beta_s, s_end, q_s[i * kLdK + kc], k_s[i * kLdK + kc], s1[0][j2][e], s2[0][j2][e],
-                          s3[0][j2][e], dq[0][2 * sb + j2][e], dk[0][2 * sb + j2][e], s_g[e >> 1], s_b[e >> 1], last);
+          fold_state_term(state_row(i, Gam, beta_s, s_end), q_s[i * kLdK + kc], k_s[i * kLdK + kc], s1[0][j2][e],
+                          s2[0][j2][e], s3[0][j2][e], dq[0][2 * sb + j2][e], dk[0][2 * sb + j2][e], s_g[e >> 1],
+                          s_b[e >> 1], last);
         }
       }
       __syncthreads();
@@ -436,8 +473,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 
   chunk_dq_dk<T, K>(p, start, len, kh, m0, warp & 1, [&](int jq) { return nb + 16 * jq; }, dq[0], dk[0],
-                    [&](int i, int col) { return float2{q_s[i * kLdK + col] / scale, k_s[i * kLdK + col]}; }, rq, rk,
-                    dot_s);
+                    [&](int i, int col) {
+                      float const* const q = q_s + i * kLdK + col;
+                      float const* const k = k_s + i * kLdK + col;
+                      return float4{q[0] / scale, q[1] / scale, k[0], k[1]};
+                    },
+                    rq, rk, dot_s);
 }
 
 // gated_delta_bwd_chunk for 16-bit inputs on split-bf16 tile products: the raw q, k, do as bf16 tiles, the fp32
@@ -662,32 +703,51 @@ __global__ void __launch_bounds__(kThreads, 1)
           mma_split<kOrder>(d2[2 * np + 1], a_y, b1);
         }
       }
+      // The factors of the lane's two rows, then per column pair those of its two columns, read once.
+      double G_row[2];
+      float qs_row[2], rk_row[2], beta_row[2];  // scale·rstd_q, rstd_k, β
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        int const i = m0 + g + 8 * hf;
+        G_row[hf] = G[i];
+        qs_row[hf] = scale * rq[i];
+        rk_row[hf] = rk[i];
+        beta_row[hf] = beta_s[i];
+      }
       double row_e[2] = {0.0, 0.0}, row_f[2] = {0.0, 0.0}, col_e[4][2];
 #pragma unroll
       for (int jn = 0; jn < 4; ++jn) {
         col_e[jn][0] = col_e[jn][1] = 0.0;
+        int const col = n0 + 8 * jn + 2 * t4;
+        double G_col[2];
+        float rk_col[2];
+#pragma unroll
+        for (int b = 0; b < 2; ++b) {
+          G_col[b] = G[col + b];
+          rk_col[b] = rk[col + b];
+        }
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf) {
-          int const i = m0 + g + 8 * hf, col = n0 + 8 * jn + 2 * t4;
+          int const i = m0 + g + 8 * hf;
           float mq[2], mkk[2];
 #pragma unroll
           for (int b = 0; b < 2; ++b) {
             int const e = 2 * hf + b, cc = col + b;
-            float const decay = cc <= i && i < len ? expf(float(G[i] - G[cc])) : 0.0f;
-            float const P_ij = (scale * rq[i]) * rk[cc] * sq[jn][e] * decay;
-            float const A_ij = cc < i ? rk[i] * rk[cc] * sk[jn][e] * decay : 0.0f;
+            float const decay = cc <= i && i < len ? expf(float(G_row[hf] - G_col[b])) : 0.0f;
+            float const P_ij = qs_row[hf] * rk_col[b] * sq[jn][e] * decay;
+            float const A_ij = cc < i ? rk_row[hf] * rk_col[b] * sk[jn][e] * decay : 0.0f;
             float const dA = cc < i ? -d2[jn][e] : 0.0f;
-            float const M1 = d1[jn][e] * decay, Bm = beta_s[i] * dA * decay;
-            float const E = d1[jn][e] * P_ij + dA * beta_s[i] * A_ij;  // dP ⊙ P + dA ⊙ A
+            float const M1 = d1[jn][e] * decay, Bm = beta_row[hf] * dA * decay;
+            float const E = d1[jn][e] * P_ij + dA * beta_row[hf] * A_ij;  // dP ⊙ P + dA ⊙ A
             row_e[hf] += E;
             row_f[hf] += dA * A_ij;
             col_e[jn][b] += E;
-            mq[b] = M1 * rk[cc];
-            mkk[b] = Bm * rk[cc];
+            mq[b] = M1 * rk_col[b];
+            mkk[b] = Bm * rk_col[b];
             // the transposed coefficients: dk̂[cc] += M1[i][cc] q̂_i and Bm[i][cc] k̂_i
             __nv_bfloat16 wq[kGP], wk[kGP];
-            split_one<kGP>(M1 * (scale * rq[i]), wq);
-            split_one<kGP>(Bm * rk[i], wk);
+            split_one<kGP>(M1 * qs_row[hf], wq);
+            split_one<kGP>(Bm * rk_row[hf], wk);
 #pragma unroll
             for (int part = 0; part < kGP; ++part) {
               Mkq[part * kPlane + cc * kLdSq + i] = wq[part];
@@ -745,8 +805,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     __syncthreads();  // the slabs below overwrite the coefficient planes
 
     // The state terms, kSlab state rows at a time (column slabs of hᵀ, dh_nextᵀ): S1 = do hᵀ, S2 = y hᵀ,
-    // S3 = v_new dh_nextᵀ over the warp's 16 columns of the slab.
+    // S3 = v_new dh_nextᵀ over the warp's 16 columns of the slab. The factors of the lane's two rows, read once.
     double hd = 0.0, last = 0.0, s_g[2] = {0.0, 0.0}, s_b[2] = {0.0, 0.0};
+    StateRow rows[2];
+    float q_row[2], k_row[2];  // scale·rstd_q and rstd_k
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      int const i = m0 + g + 8 * hf;
+      rows[hf] = state_row(i, Gam, beta_s, s_end);
+      q_row[hf] = scale * rq[i];
+      k_row[hf] = rk[i];
+    }
 #pragma unroll
     for (int sb = 0; sb < K / kSlab; ++sb) {
       hd += double(next_h.dot(next_dh));  // the thread's share of the slab in fp32, then the head's sum in fp64
@@ -796,13 +865,19 @@ __global__ void __launch_bounds__(kThreads, 1)
       float sg_f[2] = {0.0f, 0.0f}, sb_f[2] = {0.0f, 0.0f}, last_f = 0.0f;
 #pragma unroll
       for (int u = 0; u < 2; ++u) {
+        float2 qp[2], kp[2];  // q and k at the lane's two columns of tile u, rows m0 + g and m0 + g + 8
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+          int const at = (m0 + g + 8 * hf) * kLdK + col0(2 * sb + u) + 2 * t4;
+          qp[hf] = load_pair(q_tile + at);
+          kp[hf] = load_pair(k_tile + at);
+        }
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          int const i = m0 + g + 8 * (e >> 1), kc = col0(2 * sb + u) + 2 * t4 + (e & 1);
-          float const qv = (scale * rq[i]) * to_float(q_tile[i * kLdK + kc]);
-          float const kv = rk[i] * to_float(k_tile[i * kLdK + kc]);
-          fold_state_term(i, Gam, beta_s, s_end, qv, kv, s1[u][e], s2[u][e], s3[u][e], dq[2 * sb + u][e],
-                          dk[2 * sb + u][e], sg_f[e >> 1], sb_f[e >> 1], last_f);
+          int const hf = e >> 1;
+          float const qv = q_row[hf] * (e & 1 ? qp[hf].y : qp[hf].x), kv = k_row[hf] * (e & 1 ? kp[hf].y : kp[hf].x);
+          fold_state_term(rows[hf], qv, kv, s1[u][e], s2[u][e], s3[u][e], dq[2 * sb + u][e], dk[2 * sb + u][e],
+                          sg_f[hf], sb_f[hf], last_f);
         }
       }
 #pragma unroll
@@ -822,7 +897,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     chunk_dg_dbeta<T>(p, start, len, j, rowE, rowF, colE, rowS, rowB, dG_s, last_s, hd_s, Gam, vy);
   }
   chunk_dq_dk<T, K>(p, start, len, kh, m0, half_w, col0, dq, dk, [&](int i, int col) {
-    return float2{rq[i] * to_float(q_tile[i * kLdK + col]), rk[i] * to_float(k_tile[i * kLdK + col])};
+    float2 const q = load_pair(q_tile + i * kLdK + col), k = load_pair(k_tile + i * kLdK + col);
+    float const r_q = rq[i], r_k = rk[i];
+    return float4{r_q * q.x, r_q * q.y, r_k * k.x, r_k * k.y};
   }, rq, rk, dot_s);
 }
 
