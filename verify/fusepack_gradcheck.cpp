@@ -33,6 +33,7 @@
 
 #include <ATen/ATen.h>
 #include <CLI/CLI.hpp>
+#include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/autograd.h>
 
 #include <algorithm>
@@ -373,12 +374,21 @@ int run_fused_only(Options const& o, OpSpec const& s, Dtype dtype, at::Device de
   }
   std::vector<at::Tensor> const grads = torch::autograd::grad(outs, leaves, dys);
   for (at::Tensor const& g : grads) (void)g.to(at::kCPU);  // waits for the device: a kernel fault surfaces here
-  std::printf("fusepack-gradcheck %s: fused only on %s, %s: %zu outputs and %zu gradients computed, none checked "
-              "(run without --fused-only to check them)\n",
+  // The forward again without gradients: the kernels a model runs for inference, which save nothing for a backward
+  // (and may hand intermediate results over in another form), so that sanitizers see them too.
+  std::vector<at::Tensor> inferred;
+  {
+    c10::NoGradGuard no_grad;
+    inferred = s.run(inputs, ops::Backend::kFused);
+  }
+  for (at::Tensor const& t : inferred) (void)t.to(at::kCPU);
+  std::printf("fusepack-gradcheck %s: fused only on %s, %s: %zu outputs and %zu gradients computed, and the outputs "
+              "again without gradients; none checked (run without --fused-only to check them)\n",
               o.op.c_str(), device.str().c_str(), dtype_name(dtype), outs.size(), grads.size());
   if (o.digest) {
     for (size_t i = 0; i < outs.size(); ++i) print_digest(s.out_names[i], outs[i]);
     for (size_t i = 0; i < grads.size(); ++i) print_digest("d" + s.names[i], grads[i]);
+    for (size_t i = 0; i < inferred.size(); ++i) print_digest(s.out_names[i] + " (no grad)", inferred[i]);
   }
   return 0;
 }

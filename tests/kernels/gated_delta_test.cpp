@@ -459,6 +459,34 @@ TEST(GatedDeltaFused, BackwardIsBitwiseDeterministic) {
   }
 }
 
+// The forward without gradients (inference: nothing saved for a backward) runs kernels of its own, which write none of
+// the saved tensors. Its o and final state equal the training forward's bit for bit (the same products over the same
+// parts), under both schedules, in every dtype, at both head sizes, across empty, one-token and chunk-edge examples.
+TEST(GatedDeltaFused, ForwardWithoutGradientsEqualsTheTrainingForward) {
+  FUSEPACK_SKIP_WITHOUT_CUDA();
+  auto rng = test_rng();
+  for (GatedDeltaCase const& c :
+       {GatedDeltaCase{"seqs_0_1_63_64_65_130_state_final", {0, 1, 63, 64, 65, 130}, 2, 4, 128, 128, true, true, true},
+        GatedDeltaCase{"k64_gqa3_seqs_100_64_300", {100, 64, 300}, 2, 6, 64, 64},
+        GatedDeltaCase{"hk16_hv32_seqs_1000_70_no_l2norm", {1000, 70}, 16, 32, 128, 128, false}}) {
+    for (Dtype dtype : {Dtype::kBF16, Dtype::kF16, Dtype::kF32}) {
+      DeviceInputs const d = to_device(draw(c, dtype, rng), dtype, at::Device(at::kCUDA));
+      for (GatedDeltaSchedule schedule : {GatedDeltaSchedule::kFullChain, GatedDeltaSchedule::kLeanChain}) {
+        SCOPED_TRACE(c.name + ", " + dtype_name(dtype) + ", " + gated_delta_schedule_name(schedule));
+        GatedDeltaRun const trained = run(Backend::kFused, d, c.use_qk_l2norm, schedule);
+        at::NoGradGuard no_grad;
+        ops::GatedDeltaResult const inferred = ops::gated_delta(d.q, d.k, d.v, d.g, d.beta, d.cu, d.scale,
+                                                                c.use_qk_l2norm, Backend::kFused, d.initial_state,
+                                                                c.final_state, schedule);
+        EXPECT_TRUE(at::equal(inferred.o, trained.o));
+        if (c.final_state) {
+          EXPECT_TRUE(at::equal(inferred.final_state, trained.final_state));
+        }
+      }
+    }
+  }
+}
+
 // A gradient of o that arrives at an odd offset (a view 2 bytes past a 16-byte boundary, as a narrow of a larger
 // buffer gives) is copied before the kernels read it in 16-byte vectors: the gradients equal those from the same values
 // aligned. Planted: without the copy the backward refuses it ("dout must be 16-byte aligned") and this fails.

@@ -91,14 +91,23 @@ TEST(FusepackGradcheck, DigestsAreEqualForEqualRunsAndDifferForOthers) {
   if (a.exit_code == 2 && a.out.find("the fused kernels need one") != std::string::npos) GTEST_SKIP() << a.out;
   ASSERT_EQ(a.exit_code, 0) << a.out;
   ASSERT_EQ(c.exit_code, 0) << c.out;
-  // o, final_state and the six gradients: eight digests
+  // o, final_state, the six gradients, and o and final_state again from the forward without gradients: ten digests
   std::size_t digests = 0;
   for (std::size_t at = a.out.find(": digest "); at != std::string::npos; at = a.out.find(": digest ", at + 1)) {
     ++digests;
   }
-  EXPECT_EQ(digests, 8u) << a.out;
-  EXPECT_NE(a.out.find("  o bf16 [75, 2, 64]: digest "), std::string::npos) << a.out;
+  EXPECT_EQ(digests, 10u) << a.out;
+  auto const digest_of = [&a](std::string const& line_start) {
+    std::size_t const at = a.out.find(line_start);
+    return at == std::string::npos ? "(no line '" + line_start + "')" : a.out.substr(at + line_start.size(), 16);
+  };
+  std::string const o = digest_of("  o bf16 [75, 2, 64]: digest ");
+  EXPECT_EQ(o.size(), 16u) << a.out;
   EXPECT_NE(a.out.find("  dinitial_state fp32 [2, 2, 64, 64]: digest "), std::string::npos) << a.out;
+  // The forward without gradients computes the same o and final state to the bit.
+  EXPECT_EQ(digest_of("  o (no grad) bf16 [75, 2, 64]: digest "), o) << a.out;
+  EXPECT_EQ(digest_of("  final_state (no grad) fp32 [2, 2, 64, 64]: digest "),
+            digest_of("  final_state fp32 [2, 2, 64, 64]: digest ")) << a.out;
   EXPECT_EQ(a.out, b.out);  // the fused backward is bitwise deterministic
   EXPECT_NE(a.out, c.out);
 }
