@@ -296,7 +296,11 @@ void launch_lean_chain(GatedDeltaFwdParams const& p, float const* rec, __nv_bflo
                        float* vn_tiles, int* done, cudaStream_t stream) {
   using Sm = ChainSmem<T, kK, kLeanSlabs>;
   static_assert(Sm::kBytes <= kMaxBlockSmem, "the state chain's shared memory fits a Hopper block");
-  auto const chain = gated_delta_fwd_state_chain<T, kK, kLeanSlabs>;
+  // The chain hands the state over as its bf16 parts when nothing is saved (kHAsParts), and the output kernel reads
+  // them so; a saved h, and every fp32 run's, is fp32.
+  bool const h_as_parts = kHAsParts<T> && !p.save;
+  auto const chain = h_as_parts ? gated_delta_fwd_state_chain<T, kK, kLeanSlabs, kHAsParts<T>>
+                                : gated_delta_fwd_state_chain<T, kK, kLeanSlabs, false>;
   if constexpr (Sm::kBytes > 48 * 1024) {
     FUSEPACK_CUDA_CHECK(cudaFuncSetAttribute(chain, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              static_cast<int>(Sm::kBytes)));
@@ -311,7 +315,8 @@ void launch_lean_chain(GatedDeltaFwdParams const& p, float const* rec, __nv_bflo
   using So = OutputSmem<T, kK>;
   static_assert(2 * (So::kBytes + 1024) <= kSmemPerSm,
                 "two output blocks share a Hopper multiprocessor, as the kernel's register bound assumes");
-  auto const output = gated_delta_fwd_chunk_output<T, kK>;
+  auto const output = h_as_parts ? gated_delta_fwd_chunk_output<T, kK, kHAsParts<T>>
+                                 : gated_delta_fwd_chunk_output<T, kK, false>;
   if constexpr (So::kBytes > 48 * 1024) {
     FUSEPACK_CUDA_CHECK(cudaFuncSetAttribute(output, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              static_cast<int>(So::kBytes)));

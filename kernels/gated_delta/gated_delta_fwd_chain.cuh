@@ -17,6 +17,23 @@ __host__ __device__ constexpr std::int64_t vn_tile_offset(std::int64_t chunk_hea
   return (chunk_head * (V / 16) + vb) * 8 * 128;
 }
 
+// The state entering each chunk as the chain hands it to the output kernel in a forward without saved tensors: in
+// 16-bit runs, whose products take the fp32 state as two bf16 parts (SplitPolicy kOrder 1), the chain stores the
+// parts it forms for its own products instead of the fp32 values, in the same bytes: of each pair of 8-column tiles
+// (2s, 2s + 1) of state_tile order, tile 2s holds the lane's A fragment words of part 0 (a_from_acc of the pair),
+// tile 2s + 1 those of part 1. The output kernel then loads its A fragments as they are: the same words it would form
+// from the fp32 tiles, so o is the same to the bit, without the conversions (13% of its instructions). A saved h (the
+// backward's input) stays fp32, as do fp32 runs, whose three parts would take 1.5 times the bytes.
+template <typename T>
+constexpr bool kHAsParts = SplitPolicy<T>::kOrder == 1;
+
+__device__ __forceinline__ void store_h_parts(float* tile_pair, std::uint32_t const (&a)[2][4]) {
+#pragma unroll
+  for (int part = 0; part < 2; ++part) {
+    *reinterpret_cast<uint4*>(tile_pair + part * 128) = make_uint4(a[part][0], a[part][1], a[part][2], a[part][3]);
+  }
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // Kernel 3, the state chain: one block per (example, value head, tile of 16·kSlabs value columns), sequential over the
 // example's chunks. A slab of two warps owns 16 value columns and keeps hᵀ [16, K] in fp32 registers, each warp K/2
@@ -58,10 +75,12 @@ struct ChainSmem {
   static constexpr std::size_t kBytes = kExchange + sizeof(float) * kSlabs * 3 * kTileFloats;
 };
 
-template <typename T, int kK, int kSlabs>
+// kHParts: h_out takes the state entering each chunk as its bf16 parts (kHAsParts; when p.save is off), not fp32.
+template <typename T, int kK, int kSlabs, bool kHParts>
 __global__ void __launch_bounds__(kSlabs * 64, 1)
     gated_delta_fwd_state_chain(GatedDeltaFwdParams p, float const* rec, __nv_bfloat16 const* ainv_planes,
                                 float* h_out, float* vn_tiles, int* done) {
+  static_assert(!kHParts || kHAsParts<T>, "the state goes as parts only in the runs whose products take two");
   using Sm = ChainSmem<T, kK, kSlabs>;
   using Pol = SplitPolicy<T>;
   constexpr int kThreads = kSlabs * 64, kBV = Sm::kBV, kKW = kK / 2;  // state columns of a warp
@@ -130,17 +149,21 @@ __global__ void __launch_bounds__(kSlabs * 64, 1)
 
     // X = (k h)ᵀ over the warp's state columns (A = the state slab, B = the raw k rows; the rows past L are zeros in
     // the stage, so the last chunk's products need no guard, which would make the compiler recompute every address).
-    // The state entering the chunk goes out on the way, one 16-byte store per tile among the products.
+    // The state entering the chunk goes out on the way, one 16-byte store per tile among the products: in fp32 when
+    // saving (and in fp32 runs), as its bf16 parts otherwise (kHParts).
     float* const hc = h_out + chunk_head * V * kK + state_tile(kK, vb, d0 / 8) + 4 * lane;
     float x[8][4] = {};
 #pragma unroll
     for (int ks = 0; ks < kKW / 16; ++ks) {
+      if constexpr (!kHParts) {
 #pragma unroll
-      for (int nt = 2 * ks; nt < 2 * ks + 2; ++nt) {
-        *reinterpret_cast<float4*>(hc + state_tile(kK, 0, nt)) = make_float4(h[nt][0], h[nt][1], h[nt][2], h[nt][3]);
+        for (int nt = 2 * ks; nt < 2 * ks + 2; ++nt) {
+          *reinterpret_cast<float4*>(hc + state_tile(kK, 0, nt)) = make_float4(h[nt][0], h[nt][1], h[nt][2], h[nt][3]);
+        }
       }
       std::uint32_t a[kPF][4];
       a_from_acc<kPF>(h[2 * ks], h[2 * ks + 1], a);
+      if constexpr (kHParts) store_h_parts(hc + state_tile(kK, 0, 2 * ks), a);
 #pragma unroll
       for (int np = 0; np < 4; ++np) {
         std::uint32_t b0[kPR][2], b1[kPR][2];
@@ -225,10 +248,12 @@ struct OutputSmem {
   static constexpr std::size_t kBytes = kKTile + (kKTileBytes > kStageBytes ? kKTileBytes : kStageBytes);
 };
 
-template <typename T, int kK>
+// kHParts: h_in holds the state's bf16 parts (kHAsParts; the chain stores them when p.save is off), not fp32.
+template <typename T, int kK, bool kHParts>
 __global__ void __launch_bounds__(kK * 2, 2)
     gated_delta_fwd_chunk_output(GatedDeltaFwdParams p, float const* rec, float const* h_in, float const* vn_tiles,
                                  int const* done) {
+  static_assert(!kHParts || kHAsParts<T>, "the state comes as parts only in the runs whose products take two");
   using Sm = OutputSmem<T, kK>;
   using Pol = SplitPolicy<T>;
   constexpr int kWarps = Sm::kWarps, kThreads = kWarps * 32, kStateTiles = kK / 8;
@@ -295,7 +320,7 @@ __global__ void __launch_bounds__(kK * 2, 2)
   for (int nt = 0; nt < 8; ++nt) cp_async16(vn_stage + nt * 128, vt + nt * 128, 16);
   cp_async_commit();
 
-  // Z = (q h)ᵀ over all K, scaled by scale rstd_q e^{G} per token.
+  // Z = (q h)ᵀ over all K, scaled by scale rstd_q e^{G} per token (h's tiles as loaded: fp32, or its parts).
   float z[8][4] = {};
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
@@ -311,7 +336,15 @@ __global__ void __launch_bounds__(kK * 2, 2)
 #pragma unroll
     for (int ks = 0; ks < kK / 32; ++ks) {
       std::uint32_t a[kPF][4];
-      a_from_acc<kPF>(h[2 * ks], h[2 * ks + 1], a);
+      if constexpr (kHParts) {  // the tile pair's words are the A fragment's two parts (store_h_parts)
+#pragma unroll
+        for (int part = 0; part < kPF; ++part) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) a[part][e] = __float_as_uint(h[2 * ks + part][e]);
+        }
+      } else {
+        a_from_acc<kPF>(h[2 * ks], h[2 * ks + 1], a);
+      }
 #pragma unroll
       for (int np = 0; np < 4; ++np) {  // unguarded: the q tile holds zeros past L, whose products add zeros
         std::uint32_t b0[kPR][2], b1[kPR][2];

@@ -460,8 +460,10 @@ TEST(GatedDeltaFused, BackwardIsBitwiseDeterministic) {
 }
 
 // The forward without gradients (inference: nothing saved for a backward) runs kernels of its own, which write none of
-// the saved tensors. Its o and final state equal the training forward's bit for bit (the same products over the same
-// parts), under both schedules, in every dtype, at both head sizes, across empty, one-token and chunk-edge examples.
+// the saved tensors (and the lean chain hands the state to the output kernel as its bf16 parts in 16-bit runs, not in
+// fp32). Its o and final state equal the training forward's bit for bit (the same products over the same parts), under
+// both schedules, in every dtype, at both head sizes, across empty, one-token and chunk-edge examples. Planted: the
+// chain storing the two parts in each other's tile fails it (o differs).
 TEST(GatedDeltaFused, ForwardWithoutGradientsEqualsTheTrainingForward) {
   FUSEPACK_SKIP_WITHOUT_CUDA();
   auto rng = test_rng();
