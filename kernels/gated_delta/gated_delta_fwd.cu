@@ -8,6 +8,7 @@
 #include "kernels/common/static_switch.h"
 #include "kernels/gated_delta/gated_delta.h"
 #include "kernels/gated_delta/gated_delta_fwd_chain.cuh"
+#include "kernels/gated_delta/gated_delta_fwd_chain_wg.cuh"
 #include "kernels/gated_delta/gated_delta_fwd_kernels.cuh"
 #include "kernels/gated_delta/gated_delta_head_dims.h"
 #include "kernels/gated_delta/gated_delta_trace.h"
@@ -294,29 +295,40 @@ constexpr int kLeanSlabs = 2;
 template <typename T, int kK>
 void launch_lean_chain(GatedDeltaFwdParams const& p, float const* rec, __nv_bfloat16 const* ainv, float* h,
                        float* vn_tiles, int* done, cudaStream_t stream) {
-  using Sm = ChainSmem<T, kK, kLeanSlabs>;
-  static_assert(Sm::kBytes <= kMaxBlockSmem, "the state chain's shared memory fits a Hopper block");
-  // The chain hands the state over as its bf16 parts when nothing is saved (kHAsParts), and the output kernel reads
-  // them so; a saved h, and every fp32 run's, is fp32.
-  bool const h_as_parts = kHAsParts<T> && !p.save;
-  auto const chain = h_as_parts ? gated_delta_fwd_state_chain<T, kK, kLeanSlabs, kHAsParts<T>>
-                                : gated_delta_fwd_state_chain<T, kK, kLeanSlabs, false>;
-  if constexpr (Sm::kBytes > 48 * 1024) {
-    FUSEPACK_CUDA_CHECK(cudaFuncSetAttribute(chain, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             static_cast<int>(Sm::kBytes)));
-  }
-  std::int64_t const blocks = std::int64_t(p.N) * p.Hv * (p.V / Sm::kBV);
-  if (blocks > INT_MAX) fail("N·Hv·V/" + std::to_string(Sm::kBV) + " blocks exceed the grid limit");
+  // bf16 at K = 128: the chain in warpgroup products, 64 value columns a block (gated_delta_fwd_chain_wg.cuh).
+  constexpr bool kWg = std::is_same_v<T, __nv_bfloat16> && kK == 128;
+  constexpr int kChainColumns = kWg ? kWgChainColumns : kGatedDeltaLeanColumns;
+  // The old chain hands the state over as its bf16 parts when nothing is saved (kHAsParts), and the output kernel
+  // reads them so; a saved h, every fp32 run's and the warpgroup chain's are fp32.
+  bool const h_as_parts = !kWg && kHAsParts<T> && !p.save;
   if (done != nullptr) FUSEPACK_CUDA_CHECK(cudaMemsetAsync(done, 0, done_bytes(p), stream));  // null when T = 0
-  chain<<<static_cast<unsigned>(blocks), kLeanSlabs * 64, Sm::kBytes, stream>>>(p, rec, ainv, h, vn_tiles, done);
+  std::int64_t const blocks = std::int64_t(p.N) * p.Hv * (p.V / kChainColumns);
+  if (blocks > INT_MAX) fail("N·Hv·V/" + std::to_string(kChainColumns) + " blocks exceed the grid limit");
+  if constexpr (kWg) {
+    auto const chain = gated_delta_fwd_state_chain_wg<false>;
+    FUSEPACK_CUDA_CHECK(cudaFuncSetAttribute(chain, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             static_cast<int>(WgChainSmem::kBytes)));
+    chain<<<static_cast<unsigned>(blocks), 128, WgChainSmem::kBytes, stream>>>(p, rec, ainv, h, vn_tiles, done);
+  } else {
+    using Sm = ChainSmem<T, kK, kLeanSlabs>;
+    static_assert(Sm::kBytes <= kMaxBlockSmem, "the state chain's shared memory fits a Hopper block");
+    static_assert(Sm::kBV == kGatedDeltaLeanColumns, "the output kernel polls one count per chain block");
+    auto const chain = h_as_parts ? gated_delta_fwd_state_chain<T, kK, kLeanSlabs, kHAsParts<T>>
+                                  : gated_delta_fwd_state_chain<T, kK, kLeanSlabs, false>;
+    if constexpr (Sm::kBytes > 48 * 1024) {
+      FUSEPACK_CUDA_CHECK(cudaFuncSetAttribute(chain, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               static_cast<int>(Sm::kBytes)));
+    }
+    chain<<<static_cast<unsigned>(blocks), kLeanSlabs * 64, Sm::kBytes, stream>>>(p, rec, ainv, h, vn_tiles, done);
+  }
   FUSEPACK_CUDA_CHECK_LAUNCH();
   if (p.NC == 0) return;
 
   using So = OutputSmem<T, kK>;
   static_assert(2 * (So::kBytes + 1024) <= kSmemPerSm,
                 "two output blocks share a Hopper multiprocessor, as the kernel's register bound assumes");
-  auto const output = h_as_parts ? gated_delta_fwd_chunk_output<T, kK, kHAsParts<T>>
-                                 : gated_delta_fwd_chunk_output<T, kK, false>;
+  auto const output = h_as_parts ? gated_delta_fwd_chunk_output<T, kK, kHAsParts<T> && !kWg, kChainColumns>
+                                 : gated_delta_fwd_chunk_output<T, kK, false, kChainColumns>;
   if constexpr (So::kBytes > 48 * 1024) {
     FUSEPACK_CUDA_CHECK(cudaFuncSetAttribute(output, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              static_cast<int>(So::kBytes)));

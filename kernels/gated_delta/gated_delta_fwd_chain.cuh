@@ -249,7 +249,8 @@ struct OutputSmem {
 };
 
 // kHParts: h_in holds the state's bf16 parts (kHAsParts; the chain stores them when p.save is off), not fp32.
-template <typename T, int kK, bool kHParts>
+// kChainColumns: the value columns of one chain block (one `done` counter each).
+template <typename T, int kK, bool kHParts, int kChainColumns = kGatedDeltaLeanColumns>
 __global__ void __launch_bounds__(kK * 2, 2)
     gated_delta_fwd_chunk_output(GatedDeltaFwdParams p, float const* rec, float const* h_in, float const* vn_tiles,
                                  int const* done) {
@@ -289,8 +290,8 @@ __global__ void __launch_bounds__(kK * 2, 2)
   build_p_planes<T, kK, kWarps>(q_tile, k_tile, Sm::kLdK, rec_tile, planes, L, warp, lane);
   if (tid == 0) gated_delta_trace_detail::trace_event(GatedDeltaTraceKind::kOutputBuilt);
 
-  // Until the chain's blocks of this example and head (one per 32 value columns) have written the chunk.
-  int const chain_tiles = V / kGatedDeltaLeanColumns;  // the launcher runs the chain in blocks of these
+  // Until the chain's blocks of this example and head (one per kChainColumns value columns) have written the chunk.
+  int const chain_tiles = V / kChainColumns;  // the launcher runs the chain in blocks of these
   if (tid < chain_tiles) {
     int const n = table.example(c), step = c - table.first_chunk(n);
     int const* const count = done + (std::int64_t(n) * Hv + hv) * chain_tiles + tid;
