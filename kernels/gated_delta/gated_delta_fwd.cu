@@ -284,12 +284,12 @@ void launch_recurrence(GatedDeltaFwdParams const& p, float const* rec, __nv_bflo
 }
 
 // The lean chain (gated_delta_schedule.h): the state chain in blocks of two slabs (32 value columns, four warps: the
-// slabs share each chunk's k rows and Ainv planes, and two blocks fit a multiprocessor), and the output kernel over
-// every (chunk, value head) beside it: launched as the chain's programmatic dependent, its blocks start once every
-// chain block has, take the places the chain leaves free, and each waits for its chunk's state (one example of 8192
-// tokens at Hv = 32 runs 128 chain blocks: the H200 puts them one per SM, each beside an output block, which slows the
-// chain's steps by a third and is still faster than the other placements measured; NOTES.md). Where the device does
-// not start a dependent early, the output kernel runs after the chain, with the same results.
+// slabs share each chunk's k rows and Ainv planes, and two blocks fit a multiprocessor), or for bf16 at K = 128 in
+// warpgroup products (64 value columns, one warpgroup), and the output kernel over every (chunk, value head) beside
+// it: launched as the chain's programmatic dependent, its blocks start once every chain block has, take the places the
+// chain leaves free, and each waits for its chunk's state (one example of 8192 tokens at Hv = 32 runs 64 warpgroup
+// chain blocks, one per SM, and the output's blocks on the other SMs; NOTES.md). Where the device does not start a
+// dependent early, the output kernel runs after the chain, with the same results.
 constexpr int kLeanSlabs = 2;
 
 template <typename T, int kK>
