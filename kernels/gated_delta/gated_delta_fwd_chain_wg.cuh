@@ -162,11 +162,7 @@ __global__ void __launch_bounds__(128, 1)
     // Yᵀ in place of Xᵀ, then its parts.
     y_from_x(reinterpret_cast<float(&)[8][4]>(x), v_tile, Sm::kLdV, 16 * warp, rec_tile, lane);
     std::uint32_t ay[4][kPF][4];
-#pragma unroll
-    for (int ks = 0; ks < 4; ++ks) {
-      a_from_acc<kPF>(reinterpret_cast<float const(&)[4]>(x[8 * ks]),
-                      reinterpret_cast<float const(&)[4]>(x[8 * ks + 4]), ay[ks]);
-    }
+    a_from_acc_steps<kPF>(x, ay);
 
     // v_newᵀ = Yᵀ Ainvᵀ (Ainv's planes [i][j]: B K-major over j).
     wgmma::fence();
@@ -197,11 +193,7 @@ __global__ void __launch_bounds__(128, 1)
       for (int e = 0; e < 4; ++e) vn[4 * nt + e] *= rec_tile[(8 * nt + 2 * t + (e & 1)) * kRecord + kRecD];
     }
     std::uint32_t av[4][kPF][4];
-#pragma unroll
-    for (int ks = 0; ks < 4; ++ks) {
-      a_from_acc<kPF>(reinterpret_cast<float const(&)[4]>(vn[8 * ks]),
-                      reinterpret_cast<float const(&)[4]>(vn[8 * ks + 4]), av[ks]);
-    }
+    a_from_acc_steps<kPF>(vn, av);
     wgmma::fence();
 #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {

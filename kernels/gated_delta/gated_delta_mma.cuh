@@ -434,6 +434,16 @@ __device__ __forceinline__ void a_from_acc(float const (&c0)[4], float const (&c
   float const x[8] = {c0[0], c0[1], c0[2], c0[3], c1[0], c1[1], c1[2], c1[3]};
   a_from_floats<P>(x, a);
 }
+// Every K step's A fragment of a warp's rows of warpgroup accumulators over 16·kSteps columns, held flat as wgmma
+// holds them (tile j in acc[4j .. 4j + 3]): step s from tiles 2s and 2s + 1.
+template <int P, int kSteps>
+__device__ __forceinline__ void a_from_acc_steps(float const (&acc)[8 * kSteps], std::uint32_t (&a)[kSteps][P][4]) {
+#pragma unroll
+  for (int ks = 0; ks < kSteps; ++ks) {
+    a_from_acc<P>(reinterpret_cast<float const(&)[4]>(acc[8 * ks]),
+                  reinterpret_cast<float const(&)[4]>(acc[8 * ks + 4]), a[ks]);
+  }
+}
 
 // The A fragment (rows m0..m0+15, k columns k0..k0+15) of A[m][k] = tile[k][m] (a row-major tile read transposed),
 // as the fp32 values a_from_floats takes: ldmatrix.trans for 16-bit elements, element loads for fp32.
