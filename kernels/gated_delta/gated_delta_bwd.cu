@@ -10,6 +10,7 @@
 #include "kernels/gated_delta/gated_delta_bwd_chunk.cuh"
 #include "kernels/gated_delta/gated_delta_bwd_intra.cuh"
 #include "kernels/gated_delta/gated_delta_bwd_state.cuh"
+#include "kernels/gated_delta/gated_delta_bwd_state_wg.cuh"
 #include "kernels/gated_delta/gated_delta_head_dims.h"
 
 #include <algorithm>
@@ -138,6 +139,21 @@ void launch_state(GatedDeltaBwdParams const& p, __nv_bfloat16 const* P_planes, f
   FUSEPACK_CUDA_CHECK_LAUNCH();
 }
 
+// The lean chain of bf16 runs at K = 128: one warpgroup per 64 value columns (gated_delta_bwd_state_wg.cuh).
+void launch_state_wg(GatedDeltaBwdParams const& p, __nv_bfloat16 const* P_planes, float const* rec, float* dh,
+                     __nv_bfloat16* y, cudaStream_t stream) {
+  static_assert(WgStateSmem::kBytes <= kMaxBlockSmem, "the warpgroup recurrence's shared memory fits a Hopper block");
+  allow_smem(gated_delta_bwd_state_wg, WgStateSmem::kBytes);
+  std::int64_t const blocks = std::int64_t(p.N) * p.Hv * (p.V / kWgStateColumns);
+  if (blocks > INT_MAX) {
+    throw std::invalid_argument("gated_delta backward: N·Hv·V/" + std::to_string(kWgStateColumns) + " = " +
+                                std::to_string(blocks) + " blocks exceed the grid limit");
+  }
+  gated_delta_bwd_state_wg<<<static_cast<unsigned>(blocks), 128, WgStateSmem::kBytes, stream>>>(p, P_planes, rec, dh,
+                                                                                                 y);
+  FUSEPACK_CUDA_CHECK_LAUNCH();
+}
+
 // The lean chain (gated_delta_schedule.h): two slabs of two warps per block.
 constexpr int kLeanSlabs = 2;
 
@@ -153,7 +169,11 @@ template <typename T, int K, int V>
 void launch_state_for(GatedDeltaBwdParams const& p, __nv_bfloat16 const* P_planes, float const* rec, float* dh,
                       Handover<T>* y, cudaStream_t stream) {
   if (gated_delta_bwd_schedule(p) == GatedDeltaSchedule::kLeanChain) {
-    return launch_state<T, K, kLeanSlabs, 2>(p, P_planes, rec, dh, y, stream);
+    if constexpr (std::is_same_v<T, __nv_bfloat16> && K == 128) {  // bf16 at K = 128: in warpgroup products
+      return launch_state_wg(p, P_planes, rec, dh, y, stream);
+    } else {
+      return launch_state<T, K, kLeanSlabs, 2>(p, P_planes, rec, dh, y, stream);
+    }
   }
   int device = 0, sms = 0;
   FUSEPACK_CUDA_CHECK(cudaGetDevice(&device));
