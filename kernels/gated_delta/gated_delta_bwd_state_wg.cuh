@@ -18,6 +18,7 @@
 
 #include "kernels/common/wgmma.cuh"
 #include "kernels/gated_delta/gated_delta_bwd_common.cuh"
+#include "kernels/gated_delta/gated_delta_wg.cuh"
 
 #include <cstddef>
 #include <cstdint>
@@ -154,30 +155,10 @@ __global__ void __launch_bounds__(128, 1)
     std::int64_t const t0 = bos + std::int64_t(c - c_first) * kChunk;
     int const L = static_cast<int>(eos - t0 < kChunk ? eos - t0 : kChunk);
 
-    // dh_next out (one 16-byte store per tile), and dhᵀ's parts.
-    float* const dh_next = dh_out + (std::int64_t(c) * Hv + j) * V * kK + state_tile(kK, vb, 0) + 4 * lane;
+    // dh_next out and dhᵀ's parts; dhᵀ kᵀ over all 128 state columns, scaled by kBrSrk.
     std::uint32_t adh[kK / 16][kPF][4];
-#pragma unroll
-    for (int ks = 0; ks < kK / 16; ++ks) {
-#pragma unroll
-      for (int nt = 2 * ks; nt < 2 * ks + 2; ++nt) {
-        *reinterpret_cast<float4*>(dh_next + state_tile(kK, 0, nt)) =
-            make_float4(dh[4 * nt], dh[4 * nt + 1], dh[4 * nt + 2], dh[4 * nt + 3]);
-      }
-      a_from_acc<kPF>(reinterpret_cast<float const(&)[4]>(dh[8 * ks]),
-                      reinterpret_cast<float const(&)[4]>(dh[8 * ks + 4]), adh[ks]);
-    }
-
-    // dhᵀ kᵀ over all 128 state columns (k tile: 8 K steps, 4 in each of its two 64-column tiles), scaled by kBrSrk.
-    wgmma::fence();
-#pragma unroll
-    for (int ks = 0; ks < kK / 16; ++ks) {
-      std::uint64_t const desc = wgmma::k_step(desc_k + std::uint64_t((ks >> 2) * (8192 >> 4)), ks & 3);
-      wgmma::mma_m64n64k16_bf16_rs(x, adh[ks][1], desc, ks > 0);  // the low part first, as mma_split
-      wgmma::mma_m64n64k16_bf16_rs(x, adh[ks][0], desc, true);
-    }
-    wgmma::commit();
-    wgmma::wait<0>();
+    store_state_with_parts(dh, dh_out + (std::int64_t(c) * Hv + j) * V * kK + state_tile(kK, vb, 0) + 4 * lane, adh);
+    state_times_kt(x, adh, desc_k);
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
@@ -203,11 +184,7 @@ __global__ void __launch_bounds__(128, 1)
 
     // yᵀ = dv_newᵀ Ainv (Ainv's planes [r][i], read transposed).
     std::uint32_t adv[4][kPF][4];
-#pragma unroll
-    for (int ks = 0; ks < 4; ++ks) {
-      a_from_acc<kPF>(reinterpret_cast<float const(&)[4]>(x[8 * ks]),
-                      reinterpret_cast<float const(&)[4]>(x[8 * ks + 4]), adv[ks]);
-    }
+    a_from_acc_steps<kPF>(x, adv);
     wgmma::fence();
 #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
@@ -251,9 +228,8 @@ __global__ void __launch_bounds__(128, 1)
 #pragma unroll
       for (int e = 0; e < 8; ++e) f[e] *= rec_at(16 * ks + 8 * (e >> 2) + 2 * t + (e & 1), kBrCq);
       a_from_floats<kPF>(f, aq[ks]);
-      a_from_acc<kPF>(reinterpret_cast<float const(&)[4]>(y[8 * ks]),
-                      reinterpret_cast<float const(&)[4]>(y[8 * ks + 4]), ay[ks]);
     }
+    a_from_acc_steps<kPF>(y, ay);
     wgmma::fence();
 #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {

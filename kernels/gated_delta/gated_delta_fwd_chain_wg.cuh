@@ -17,6 +17,7 @@
 
 #include "kernels/common/wgmma.cuh"
 #include "kernels/gated_delta/gated_delta_fwd_chain.cuh"
+#include "kernels/gated_delta/gated_delta_wg.cuh"
 
 namespace fusepack::gated_delta_fwd_detail {
 
@@ -134,30 +135,10 @@ __global__ void __launch_bounds__(128, 1)
                                         wgmma::sw128_desc(base + Sm::kPlanes + 8192)};
     std::int64_t const chunk_head = std::int64_t(chunk0 + it) * Hv + hv;
 
-    // The state entering the chunk out (one 16-byte store per tile), and its parts for X.
-    float* const hc = h_out + chunk_head * V * kK + state_tile(kK, vb, 0) + 4 * lane;
+    // The state entering the chunk out and its parts; Xᵀ = hᵀ kᵀ.
     std::uint32_t ah[kK / 16][kPF][4];
-#pragma unroll
-    for (int ks = 0; ks < kK / 16; ++ks) {
-#pragma unroll
-      for (int nt = 2 * ks; nt < 2 * ks + 2; ++nt) {
-        *reinterpret_cast<float4*>(hc + state_tile(kK, 0, nt)) =
-            make_float4(h[4 * nt], h[4 * nt + 1], h[4 * nt + 2], h[4 * nt + 3]);
-      }
-      a_from_acc<kPF>(reinterpret_cast<float const(&)[4]>(h[8 * ks]),
-                      reinterpret_cast<float const(&)[4]>(h[8 * ks + 4]), ah[ks]);
-    }
-
-    // Xᵀ = hᵀ kᵀ over all 128 state columns (k tile: 8 K steps, 4 in each of its two 64-column tiles).
-    wgmma::fence();
-#pragma unroll
-    for (int ks = 0; ks < kK / 16; ++ks) {
-      std::uint64_t const desc = wgmma::k_step(desc_k + std::uint64_t((ks >> 2) * (8192 >> 4)), ks & 3);
-      wgmma::mma_m64n64k16_bf16_rs(x, ah[ks][1], desc, ks > 0);  // the low part first, as mma_split
-      wgmma::mma_m64n64k16_bf16_rs(x, ah[ks][0], desc, true);
-    }
-    wgmma::commit();
-    wgmma::wait<0>();
+    store_state_with_parts(h, h_out + chunk_head * V * kK + state_tile(kK, vb, 0) + 4 * lane, ah);
+    state_times_kt(x, ah, desc_k);
 
     // Yᵀ in place of Xᵀ, then its parts.
     y_from_x(reinterpret_cast<float(&)[8][4]>(x), v_tile, Sm::kLdV, 16 * warp, rec_tile, lane);
