@@ -35,6 +35,7 @@ struct BwdWorkspace {
   std::size_t rec = 0;       // [T, Hv, kBwdRecord] the recurrence's row scales
   std::size_t dh = 0;        // [NC, Hv, V, K] dh_nextᵀ: the gradient of the state leaving every chunk, transposed
   std::size_t y = 0;         // [T, Hv, V] y = Ainvᵀ dv_new, fp32 or bf16 (gated_delta_y_bytes)
+  std::size_t done = 0;      // int [N, Hv, V / 64]: the recurrence in warpgroup products' published chunk counts
   std::size_t bytes = 0;
 };
 BwdWorkspace bwd_workspace(GatedDeltaBwdParams const& p) {
@@ -44,7 +45,7 @@ BwdWorkspace bwd_workspace(GatedDeltaBwdParams const& p) {
     return begin;
   };
   auto const size = [](std::int64_t x) { return x > 0 ? std::size_t(x) : std::size_t(0); };
-  std::size_t const NC = size(p.NC), T = size(p.T), Hv = size(p.Hv), K = size(p.K), V = size(p.V);
+  std::size_t const NC = size(p.NC), T = size(p.T), N = size(p.N), Hv = size(p.Hv), K = size(p.K), V = size(p.V);
   BwdWorkspace w;
   std::size_t o = 0;
   if (!gated_delta_saves_intra(p.dtype)) {
@@ -54,6 +55,7 @@ BwdWorkspace bwd_workspace(GatedDeltaBwdParams const& p) {
   }
   w.dh = at(o, NC * Hv * K * V);
   w.y = at(o, T * Hv * V * gated_delta_y_bytes(p.dtype) / 4);
+  w.done = at(o, N * Hv * ((V + 63) / 64));  // ints, as many as floats
   w.bytes = o;
   return w;
 }
@@ -139,9 +141,13 @@ void launch_state(GatedDeltaBwdParams const& p, __nv_bfloat16 const* P_planes, f
   FUSEPACK_CUDA_CHECK_LAUNCH();
 }
 
-// The lean chain of bf16 runs at K = 128: one warpgroup per 64 value columns (gated_delta_bwd_state_wg.cuh).
+// The lean chain of bf16 runs at K = 128: one warpgroup per 64 value columns (gated_delta_bwd_state_wg.cuh), the
+// per-chunk kernel beside it (launch_chunk_beside).
+template <typename T, int K>
+constexpr bool kStateInWarpgroups = std::is_same_v<T, __nv_bfloat16> && K == 128;
+
 void launch_state_wg(GatedDeltaBwdParams const& p, __nv_bfloat16 const* P_planes, float const* rec, float* dh,
-                     __nv_bfloat16* y, cudaStream_t stream) {
+                     __nv_bfloat16* y, int* done, cudaStream_t stream) {
   static_assert(WgStateSmem::kBytes <= kMaxBlockSmem, "the warpgroup recurrence's shared memory fits a Hopper block");
   allow_smem(gated_delta_bwd_state_wg, WgStateSmem::kBytes);
   std::int64_t const blocks = std::int64_t(p.N) * p.Hv * (p.V / kWgStateColumns);
@@ -149,8 +155,9 @@ void launch_state_wg(GatedDeltaBwdParams const& p, __nv_bfloat16 const* P_planes
     throw std::invalid_argument("gated_delta backward: N·Hv·V/" + std::to_string(kWgStateColumns) + " = " +
                                 std::to_string(blocks) + " blocks exceed the grid limit");
   }
+  FUSEPACK_CUDA_CHECK(cudaMemsetAsync(done, 0, sizeof(int) * std::size_t(blocks), stream));
   gated_delta_bwd_state_wg<<<static_cast<unsigned>(blocks), 128, WgStateSmem::kBytes, stream>>>(p, P_planes, rec, dh,
-                                                                                                 y);
+                                                                                                 y, done);
   FUSEPACK_CUDA_CHECK_LAUNCH();
 }
 
@@ -167,10 +174,10 @@ int full_chain_slabs(GatedDeltaFwdParams const& p, int sms) {
 // The lean chain by shape (gated_delta_bwd_schedule), else the full chain (full_chain_slabs).
 template <typename T, int K, int V>
 void launch_state_for(GatedDeltaBwdParams const& p, __nv_bfloat16 const* P_planes, float const* rec, float* dh,
-                      Handover<T>* y, cudaStream_t stream) {
+                      Handover<T>* y, int* done, cudaStream_t stream) {
   if (gated_delta_bwd_schedule(p) == GatedDeltaSchedule::kLeanChain) {
-    if constexpr (std::is_same_v<T, __nv_bfloat16> && K == 128) {  // bf16 at K = 128: in warpgroup products
-      return launch_state_wg(p, P_planes, rec, dh, y, stream);
+    if constexpr (kStateInWarpgroups<T, K>) {
+      return launch_state_wg(p, P_planes, rec, dh, y, done, stream);
     } else {
       return launch_state<T, K, kLeanSlabs, 2>(p, P_planes, rec, dh, y, stream);
     }
@@ -184,6 +191,29 @@ void launch_state_for(GatedDeltaBwdParams const& p, __nv_bfloat16 const* P_plane
   launch_state<T, K, 4, 1>(p, P_planes, rec, dh, y, stream);
 }
 
+// The per-chunk kernel as the recurrence's programmatic dependent (gated_delta_bwd_chunk_mma's kBeside): its blocks
+// start once every recurrence block has, take the SMs the recurrence leaves free, and each waits for its chunk. Where
+// the device does not start a dependent early, it runs after the recurrence, with the same results.
+template <typename T, int K, int V>
+void launch_chunk_beside(GatedDeltaBwdParams const& p, float const* dh, Handover<T> const* y, int const* done,
+                         cudaStream_t stream) {
+  if constexpr (kStateInWarpgroups<T, K>) {
+    auto const kernel = gated_delta_bwd_chunk_mma<T, K, V, true>;
+    allow_smem(kernel, ChunkMmaSmem<T, K, V>::kBytes);
+    cudaLaunchAttribute beside[1];
+    beside[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    beside[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(static_cast<unsigned>(std::int64_t(p.NC) * p.Hk));
+    config.blockDim = dim3(kThreads);
+    config.dynamicSmemBytes = ChunkMmaSmem<T, K, V>::kBytes;
+    config.stream = stream;
+    config.attrs = beside;
+    config.numAttrs = 1;
+    FUSEPACK_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p, dh, y, done));
+  }
+}
+
 template <typename T, int K, int V>
 void launch(GatedDeltaBwdParams const& p, cudaStream_t stream) {
   BwdWorkspace const w = bwd_workspace(p);
@@ -191,6 +221,7 @@ void launch(GatedDeltaBwdParams const& p, cudaStream_t stream) {
   auto region = [&](std::size_t offset) { return reinterpret_cast<float*>(ws + offset); };
   auto planes = [&](std::size_t offset) { return reinterpret_cast<__nv_bfloat16*>(ws + offset); };
   float* const dh = region(w.dh);
+  int* const done = reinterpret_cast<int*>(ws + w.done);
   auto* const y = reinterpret_cast<Handover<T>*>(ws + w.y);
   // P and the records: saved by the forward of 16-bit runs (whose per-chunk kernel forms Â itself), computed here
   // with Â for fp32 runs
@@ -207,7 +238,7 @@ void launch(GatedDeltaBwdParams const& p, cudaStream_t stream) {
     }
   }
   if (p.NC > 0 || p.dinitial_state) {  // without chunks it only passes dfinal_state through to dinitial_state
-    launch_state_for<T, K, V>(p, P_planes, rec, dh, y, stream);
+    launch_state_for<T, K, V>(p, P_planes, rec, dh, y, done, stream);
   }
   if (p.NC > 0) {  // fp32 runs: fp64-FMA products on fp32 tiles; 16-bit runs: split-bf16 products on bf16 planes
     unsigned const blocks = static_cast<unsigned>(std::int64_t(p.NC) * p.Hk);
@@ -215,10 +246,12 @@ void launch(GatedDeltaBwdParams const& p, cudaStream_t stream) {
       auto const kernel = gated_delta_bwd_chunk<T, K, V>;
       allow_smem(kernel, chunk_smem_bytes<K, V>());
       kernel<<<blocks, kThreads, chunk_smem_bytes<K, V>(), stream>>>(p, P_planes, A, dh, y);
+    } else if (kStateInWarpgroups<T, K> && gated_delta_bwd_schedule(p) == GatedDeltaSchedule::kLeanChain) {
+      launch_chunk_beside<T, K, V>(p, dh, y, done, stream);
     } else {
       auto const kernel = gated_delta_bwd_chunk_mma<T, K, V>;
       allow_smem(kernel, ChunkMmaSmem<T, K, V>::kBytes);
-      kernel<<<blocks, kThreads, ChunkMmaSmem<T, K, V>::kBytes, stream>>>(p, dh, y);
+      kernel<<<blocks, kThreads, ChunkMmaSmem<T, K, V>::kBytes, stream>>>(p, dh, y, nullptr);
     }
     FUSEPACK_CUDA_CHECK_LAUNCH();
   }

@@ -55,11 +55,16 @@ struct StateSlab {
   __device__ __forceinline__ static int nt() { return (int(threadIdx.x) / 32) % kTiles; }
   __device__ __forceinline__ static int row(int u) { return 16 * (vb0() + kVbStep * u) + (int(threadIdx.x) & 31) / 4; }
   __device__ __forceinline__ static int col(int u) { return 8 * nt() + 2 * (int(threadIdx.x) & 3); }
-  // Slab sb of the state of one (chunk, value head) at `state`.
+  // Slab sb of the state of one (chunk, value head) at `state`; kL2Only: past L1, for a state a kernel running beside
+  // this one is writing (grid_launch_dependents).
+  template <bool kL2Only = false>
   __device__ __forceinline__ void load(float const* state, int sb) {
     float const* const base = state + state_tile(K, vb0(), sb * kTiles + nt()) + 4 * (threadIdx.x & 31);
 #pragma unroll
-    for (int u = 0; u < kPer; ++u) v[u] = *reinterpret_cast<float4 const*>(base + state_tile(K, kVbStep * u, 0));
+    for (int u = 0; u < kPer; ++u) {
+      auto const* const at = reinterpret_cast<float4 const*>(base + state_tile(K, kVbStep * u, 0));
+      v[u] = kL2Only ? __ldcg(at) : *at;
+    }
   }
   // fp32 [V][pitch] (pitch even).
   __device__ __forceinline__ void store(float* dst, int pitch) const {
@@ -525,9 +530,14 @@ struct ChunkMmaSmem {
   static constexpr std::size_t kBytes = kStaged ? kStagedEnd : kBase;
 };
 
-template <typename T, int K, int V>
+// kBeside: launched as the programmatic dependent of the state recurrence in warpgroup products
+// (gated_delta_bwd_state_wg), which publishes per block how many chunks, from each example's last, it has written
+// dh_next and y for (`done` [N, Hv, V / 64]): the blocks take the chunks last first, each waits for its chunk's counts
+// before it reads y or dh_next (past L1), and the grid's last block ends after the recurrence.
+template <typename T, int K, int V, bool kBeside = false>
 __global__ void __launch_bounds__(kThreads, 1)
-    gated_delta_bwd_chunk_mma(GatedDeltaBwdParams p, float const* dh_in, Handover<T> const* y_in) {
+    gated_delta_bwd_chunk_mma(GatedDeltaBwdParams p, float const* dh_in, Handover<T> const* y_in,
+                              int const* done) {
   using S = ChunkMmaSmem<T, K, V>;
   using Pol = SplitPolicy<T>;
   constexpr int kPR = Pol::kRawParts, kOrder = Pol::kOrder, kGP = S::kGP, kVN = S::kVN;
@@ -550,7 +560,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                        *const MkkT = Mkk + kGP * kPlane;
   __nv_bfloat16 *const h_pl = bfp(S::kRegion), *const dh_pl = h_pl + kGP * S::kSlabPlane;
 
-  int const c = blockIdx.x / p.Hk, kh = blockIdx.x % p.Hk, group = p.Hv / p.Hk;
+  int const c_launched = blockIdx.x / p.Hk, kh = blockIdx.x % p.Hk, group = p.Hv / p.Hk;
+  int const c = kBeside ? p.NC - 1 - c_launched : c_launched;  // beside the recurrence: the last chunks first
   GatedDeltaChunks const table = gated_delta_chunks(p);
   int const start = table.start(c), len = table.len(c);
   int const tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
@@ -592,6 +603,17 @@ __global__ void __launch_bounds__(kThreads, 1)
                                                             sizeof(T) * tv_stride, len);
     }
   };
+  if constexpr (kBeside) {  // until the recurrence's blocks of the group's value heads have written the chunk
+    constexpr int kTiles = V / 64;  // the recurrence's blocks per value head
+    static_assert(V % 64 == 0, "the recurrence in warpgroup products runs blocks of 64 value columns");
+    static_assert(S::kStaged, "y arrives by cp.async.cg (past L1) only where the block stages it");
+    int const n = table.example(c), step = table.first_chunk(n + 1) - 1 - c;  // counted from the example's last
+    for (int b = tid; b < group * kTiles; b += kThreads) {
+      int const* const count = done + (std::int64_t(n) * p.Hv + kh * group) * kTiles + b;
+      while (acquire_count(count) <= step) __nanosleep(200);
+    }
+    __syncthreads();
+  }
   if constexpr (S::kStaged) {
     issue_do(0);
     issue_staged(0);
@@ -659,7 +681,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     float const* dhn_c = dh_in + (std::int64_t(c) * p.Hv + j) * K * V;
     StateSlab<V, K> next_h, next_dh;  // in flight from here to the first state step
     next_h.load(h_c, 0);
-    next_dh.load(dhn_c, 0);
+    next_dh.template load<kBeside>(dhn_c, 0);
     cp_async_wait_all();
     __syncthreads();
     if (S::kStaged && jj + 1 < group) {  // every staged row read: the next head's stream in
@@ -843,7 +865,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       __syncthreads();
       if (sb + 1 < K / kSlab) {
         next_h.load(h_c, sb + 1);
-        next_dh.load(dhn_c, sb + 1);
+        next_dh.template load<kBeside>(dhn_c, sb + 1);
       }
       float s1[2][4] = {}, s2[2][4] = {}, s3[2][4] = {};
 #pragma unroll
@@ -901,6 +923,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     float const r_q = rq[i], r_k = rk[i];
     return float4{r_q * q.x, r_q * q.y, r_k * k.x, r_k * k.y};
   }, rq, rk, dot_s);
+  if constexpr (kBeside) {
+    if (blockIdx.x == gridDim.x - 1) grid_wait_prerequisites();  // this kernel ends after the recurrence
+  }
 }
 
 }  // namespace fusepack::gated_delta_bwd_detail

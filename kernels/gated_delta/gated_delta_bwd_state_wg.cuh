@@ -12,8 +12,10 @@
 //   dhᵀ ← e^{G_last} dhᵀ + (kBrCq ⊙ do)ᵀ q + (kBrCy ⊙ y)ᵀ k: A = the scaled doᵀ's and yᵀ's parts from registers, B =
 //   the q and k tiles read transposed, N = 128.
 // Out: dh_next [NC, Hv, V, K] in state_tile order, y and dv, dinitial_state: what gated_delta_bwd_state writes, for
-// the same per-chunk kernel. Its sums run in another order than mma.sync's (dhᵀ kᵀ over all of K at once rather than
-// two halves added), so its results are not those of gated_delta_bwd_state bit for bit.
+// the same per-chunk kernel, which runs beside it (its kBeside form): each block publishes in `done` [N, Hv, V / 64]
+// how many chunks, from the example's last, it has written, every kWgStatePublishEvery chunks and after the last.
+// Its sums run in another order than mma.sync's (dhᵀ kᵀ over all of K at once rather than two halves added), so its
+// results are not those of gated_delta_bwd_state bit for bit.
 #pragma once
 
 #include "kernels/common/wgmma.cuh"
@@ -48,9 +50,13 @@ struct WgStateSmem {
   static constexpr std::size_t kBytes = kDvRows + 2 * kChunk * kLdRows + 1024;  // + 1024: aligned up by the kernel
 };
 
+// How often a block publishes its count of chunks written (and after its last): the per-chunk kernel beside it takes
+// tens of microseconds a chunk, the recurrence a few.
+constexpr int kWgStatePublishEvery = 4;
+
 __global__ void __launch_bounds__(128, 1)
     gated_delta_bwd_state_wg(GatedDeltaBwdParams p, __nv_bfloat16 const* P_planes, float const* rec, float* dh_out,
-                             __nv_bfloat16* y_out) {
+                             __nv_bfloat16* y_out, int* done) {
   using Sm = WgStateSmem;
   using T = __nv_bfloat16;
   static_assert(std::is_same_v<Handover<T>, T>, "bf16 runs hand y over in bf16");
@@ -74,6 +80,8 @@ __global__ void __launch_bounds__(128, 1)
   auto const* const A_planes = reinterpret_cast<T const*>(p.Ainv);
   T* const y_rows = reinterpret_cast<T*>(smem + Sm::kYRows);
   T* const dv_rows = reinterpret_cast<T*>(smem + Sm::kDvRows);
+  int* const my_done = done + (std::int64_t(n) * Hv + j) * tiles + block.tile;
+  grid_launch_dependents();  // every block has started once the per-chunk kernel's blocks may start
 
   // dhᵀ[v0 + wc + g + 8·(e>>1)][8·nt + 2t + (e&1)] in dh[4·nt + e]: the update's accumulators (m64n128).
   float dh[64];
@@ -138,6 +146,7 @@ __global__ void __launch_bounds__(128, 1)
     cp_async_wait_all();
     wgmma::fence_shared_to_async();  // this thread's cp.async writes, for the products' reads
     __syncthreads();  // stage s has landed for every thread; every read of stage s^1 (the chunk after) is done
+    if (tid == 0 && it > 0 && it % kWgStatePublishEvery == 0) publish_count(my_done, it);  // the chunks after c
     if (c > c_first) issue(c - 1, s ^ 1);
     cp_async_commit();
 
@@ -242,6 +251,8 @@ __global__ void __launch_bounds__(128, 1)
     wgmma::wait<0>();
   }
 
+  __syncthreads();  // the last chunk's stores
+  if (tid == 0 && c_end > c_first) publish_count(my_done, c_end - c_first);
   if (p.dinitial_state != nullptr) {
     store_state_slab(reinterpret_cast<float const(&)[16][4]>(dh), p.dinitial_state, state_off, 0, V, t);
   }
