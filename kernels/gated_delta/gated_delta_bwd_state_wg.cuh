@@ -146,9 +146,6 @@ __global__ void __launch_bounds__(128, 1)
     cp_async_wait_all();
     wgmma::fence_shared_to_async();  // this thread's cp.async writes, for the products' reads
     __syncthreads();  // stage s has landed for every thread; every read of stage s^1 (the chunk after) is done
-    if (tid == 0 && it > 0 && it % kWgStatePublishEvery == 0) publish_count(my_done, it);  // the chunks after c
-    if (c > c_first) issue(c - 1, s ^ 1);
-    cp_async_commit();
 
     unsigned char* const base = smem + s * Sm::kStage;
     T const* const do_tile = reinterpret_cast<T const*>(base + Sm::kDo);
@@ -164,17 +161,15 @@ __global__ void __launch_bounds__(128, 1)
     std::int64_t const t0 = bos + std::int64_t(c - c_first) * kChunk;
     int const L = static_cast<int>(eos - t0 < kChunk ? eos - t0 : kChunk);
 
-    // dh_next out and dhᵀ's parts; dhᵀ kᵀ over all 128 state columns, scaled by kBrSrk.
+    // dhᵀ kᵀ over all 128 state columns from dhᵀ's parts; while it runs, the count published (the chunks after c),
+    // the next chunk's copies issued, dh_next stored and doᵀ's fragments loaded. Then scaled by kBrSrk.
     std::uint32_t adh[kK / 16][kPF][4];
-    store_state_with_parts(dh, dh_out + (std::int64_t(c) * Hv + j) * V * kK + state_tile(kK, vb, 0) + 4 * lane, adh);
-    state_times_kt(x, adh, desc_k);
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) x[4 * nt + e] *= rec_at(8 * nt + 2 * t + (e & 1), kBrSrk);
-    }
-
-    // + doᵀ P (P's planes [r][i], read transposed: K = the token r).
+    a_from_acc_steps<kPF>(dh, adh);
+    issue_state_times_kt(x, adh, desc_k);
+    if (tid == 0 && it > 0 && it % kWgStatePublishEvery == 0) publish_count(my_done, it);
+    if (c > c_first) issue(c - 1, s ^ 1);
+    cp_async_commit();
+    store_state(dh, dh_out + (std::int64_t(c) * Hv + j) * V * kK + state_tile(kK, vb, 0) + 4 * lane);
     std::uint32_t ado[4][1][4];
 #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
@@ -182,6 +177,16 @@ __global__ void __launch_bounds__(128, 1)
       load_a_trans_floats<T>(do_tile, Sm::kLdDo, wc, 16 * ks, lane, f);
       a_from_floats<1>(f, ado[ks]);
     }
+    wgmma::wait<0>();
+    hold_registers(adh);
+    hold_registers(x);
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) x[4 * nt + e] *= rec_at(8 * nt + 2 * t + (e & 1), kBrSrk);
+    }
+
+    // + doᵀ P (P's planes [r][i], read transposed: K = the token r).
     wgmma::fence();
 #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
@@ -190,6 +195,8 @@ __global__ void __launch_bounds__(128, 1)
     }
     wgmma::commit();
     wgmma::wait<0>();
+    hold_registers(ado);
+    hold_registers(x);
 
     // yᵀ = dv_newᵀ Ainv (Ainv's planes [r][i], read transposed).
     std::uint32_t adv[4][kPF][4];
@@ -203,8 +210,11 @@ __global__ void __launch_bounds__(128, 1)
     }
     wgmma::commit();
     wgmma::wait<0>();
+    hold_registers(adv);
+    hold_registers(y);
 
-    // y and dv = β ⊙ y by token rows, stored whole by the block after a barrier; then y scaled by kBrCy.
+    // y and dv = β ⊙ y by token rows (the block stores them whole after a barrier, while the update runs); then y
+    // scaled by kBrCy.
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
       float* const yt = y + 4 * nt;
@@ -215,14 +225,6 @@ __global__ void __launch_bounds__(128, 1)
       tile_to_rows(dv_t, dv_rows + wc, Sm::kLdRows, 8 * nt, lane);
 #pragma unroll
       for (int e = 0; e < 4; ++e) yt[e] *= rec_at(8 * nt + 2 * t + (e & 1), kBrCy);
-    }
-    __syncthreads();  // every warp's y, dv rows are staged (the next writes of either follow the next chunk's barrier)
-    {
-      std::int64_t const o = (t0 * Hv + j) * V + v0, stride = std::int64_t(Hv) * V;
-      store_stage_rows<kChunk, int(sizeof(T)) * kBV, kThreads>(y_out + o, sizeof(T) * stride, y_rows,
-                                                              int(sizeof(T)) * Sm::kLdRows, L);
-      store_stage_rows<kChunk, int(sizeof(T)) * kBV, kThreads>(dv + o, sizeof(T) * stride, dv_rows,
-                                                              int(sizeof(T)) * Sm::kLdRows, L);
     }
 
     // dhᵀ ← e^{G_last} dhᵀ + (kBrCq ⊙ do)ᵀ q + (kBrCy ⊙ y)ᵀ k (q and k read transposed: N = the 128 state columns).
@@ -248,7 +250,18 @@ __global__ void __launch_bounds__(128, 1)
       wgmma::mma_m64n128k16_bf16_rs<true>(dh, ay[ks][0], wgmma::k_step_mn(desc_k_mn, ks), true);
     }
     wgmma::commit();
+    __syncthreads();  // every warp's y, dv rows are staged (the next writes of either follow the next chunk's barrier)
+    {
+      std::int64_t const o = (t0 * Hv + j) * V + v0, stride = std::int64_t(Hv) * V;
+      store_stage_rows<kChunk, int(sizeof(T)) * kBV, kThreads>(y_out + o, sizeof(T) * stride, y_rows,
+                                                              int(sizeof(T)) * Sm::kLdRows, L);
+      store_stage_rows<kChunk, int(sizeof(T)) * kBV, kThreads>(dv + o, sizeof(T) * stride, dv_rows,
+                                                              int(sizeof(T)) * Sm::kLdRows, L);
+    }
     wgmma::wait<0>();
+    hold_registers(aq);
+    hold_registers(ay);
+    hold_registers(dh);
   }
 
   __syncthreads();  // the last chunk's stores

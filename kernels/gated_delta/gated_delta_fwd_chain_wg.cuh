@@ -122,9 +122,6 @@ __global__ void __launch_bounds__(128, 1)
     wgmma::fence_shared_to_async();  // this thread's cp.async writes, for the products' reads
     __syncthreads();  // stage s has landed for every thread; every read of stage s^1 (the previous chunk) is done
     if (tid == 0) gated_delta_trace_detail::trace_event(GatedDeltaTraceKind::kChainStep, it);
-    if (tid == 0 && it > 0 && it % kChainPublishEvery == 0) publish_count(my_done, it);
-    if (it + 1 < chunks) issue(it + 1, s ^ 1);
-    cp_async_commit();
 
     unsigned char* const base = gd_smem + s * Sm::kStage;
     T const* const v_tile = reinterpret_cast<T const*>(base + Sm::kV);
@@ -135,10 +132,18 @@ __global__ void __launch_bounds__(128, 1)
                                         wgmma::sw128_desc(base + Sm::kPlanes + 8192)};
     std::int64_t const chunk_head = std::int64_t(chunk0 + it) * Hv + hv;
 
-    // The state entering the chunk out and its parts; Xᵀ = hᵀ kᵀ.
+    // Xᵀ = hᵀ kᵀ from the state's parts; while it runs, the count published, the next chunk's copies issued and the
+    // state entering this chunk stored.
     std::uint32_t ah[kK / 16][kPF][4];
-    store_state_with_parts(h, h_out + chunk_head * V * kK + state_tile(kK, vb, 0) + 4 * lane, ah);
-    state_times_kt(x, ah, desc_k);
+    a_from_acc_steps<kPF>(h, ah);
+    issue_state_times_kt(x, ah, desc_k);
+    if (tid == 0 && it > 0 && it % kChainPublishEvery == 0) publish_count(my_done, it);
+    if (it + 1 < chunks) issue(it + 1, s ^ 1);
+    cp_async_commit();
+    store_state(h, h_out + chunk_head * V * kK + state_tile(kK, vb, 0) + 4 * lane);
+    wgmma::wait<0>();
+    hold_registers(ah);
+    hold_registers(x);
 
     // Yᵀ in place of Xᵀ, then its parts.
     y_from_x(reinterpret_cast<float(&)[8][4]>(x), v_tile, Sm::kLdV, 16 * warp, rec_tile, lane);
@@ -155,26 +160,26 @@ __global__ void __launch_bounds__(128, 1)
     }
     wgmma::commit();
     wgmma::wait<0>();
+    hold_registers(ay);
+    hold_registers(vn);
 
-    // v_new out (the output kernel's tiles: this warp's 16 columns × 64 tokens in register order).
-    float* const vt = vn_tiles + vn_tile_offset(chunk_head, V, vb) + 4 * lane;
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-      *reinterpret_cast<float4*>(vt + nt * 128) =
-          make_float4(vn[4 * nt], vn[4 * nt + 1], vn[4 * nt + 2], vn[4 * nt + 3]);
-    }
-
-    // hᵀ ← e^{G_last} hᵀ + (rstd_k e^{G_last − G} ⊙ v_new)ᵀ k (k read transposed: N = the 128 state columns).
+    // hᵀ ← e^{G_last} hᵀ + (rstd_k e^{G_last − G} ⊙ v_new)ᵀ k (k read transposed: N = the 128 state columns), from the
+    // scaled v_newᵀ's parts; while it runs, v_new out (the output kernel's tiles: this warp's 16 columns × 64 tokens
+    // in register order).
     float const decay = rec_tile[kRecDecay];
 #pragma unroll
     for (int e = 0; e < 64; ++e) h[e] *= decay;
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) vn[4 * nt + e] *= rec_tile[(8 * nt + 2 * t + (e & 1)) * kRecord + kRecD];
-    }
     std::uint32_t av[4][kPF][4];
-    a_from_acc_steps<kPF>(vn, av);
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) {
+      float f[8];  // the accumulator tiles 2ks and 2ks + 1, each column scaled
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        int const nt = 2 * ks + (e >> 2);
+        f[e] = vn[4 * nt + (e & 3)] * rec_tile[(8 * nt + 2 * t + (e & 1)) * kRecord + kRecD];
+      }
+      a_from_floats<kPF>(f, av[ks]);
+    }
     wgmma::fence();
 #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
@@ -182,7 +187,15 @@ __global__ void __launch_bounds__(128, 1)
       wgmma::mma_m64n128k16_bf16_rs<true>(h, av[ks][0], wgmma::k_step_mn(desc_k_mn, ks), true);
     }
     wgmma::commit();
+    float* const vt = vn_tiles + vn_tile_offset(chunk_head, V, vb) + 4 * lane;
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+      *reinterpret_cast<float4*>(vt + nt * 128) =
+          make_float4(vn[4 * nt], vn[4 * nt + 1], vn[4 * nt + 2], vn[4 * nt + 3]);
+    }
     wgmma::wait<0>();
+    hold_registers(av);
+    hold_registers(h);
   }
   __syncthreads();  // the last chunk's stores
   if (tid == 0 && chunks > 0) publish_count(my_done, chunks);

@@ -11,25 +11,41 @@
 
 namespace fusepack::gated_delta_mma {
 
-// The state out to `at` (the warp's 16-column block in state_tile order, plus 4·lane), one 16-byte store per tile,
-// and its parts (a_from_acc_steps) for the products that read it.
-__device__ __forceinline__ void store_state_with_parts(float const (&s)[64], float* at, std::uint32_t (&a)[8][2][4]) {
+// The state out to `at` (the warp's 16-column block in state_tile order, plus 4·lane), one 16-byte store per tile.
+__device__ __forceinline__ void store_state(float const (&s)[64], float* at) {
 #pragma unroll
-  for (int ks = 0; ks < 8; ++ks) {
-#pragma unroll
-    for (int nt = 2 * ks; nt < 2 * ks + 2; ++nt) {
-      *reinterpret_cast<float4*>(at + state_tile(128, 0, nt)) =
-          make_float4(s[4 * nt], s[4 * nt + 1], s[4 * nt + 2], s[4 * nt + 3]);
-    }
-    a_from_acc<2>(reinterpret_cast<float const(&)[4]>(s[8 * ks]),
-                  reinterpret_cast<float const(&)[4]>(s[8 * ks + 4]), a[ks]);
+  for (int nt = 0; nt < 16; ++nt) {
+    *reinterpret_cast<float4*>(at + state_tile(128, 0, nt)) =
+        make_float4(s[4 * nt], s[4 * nt + 1], s[4 * nt + 2], s[4 * nt + 3]);
   }
 }
 
-// Xᵀ [64 columns × 64 tokens] = Sᵀ kᵀ over the 128 state columns, done when it returns: A = the state's parts, B = the
-// chunk's k tile as two K-major tiles of 64 state columns, 8 KB apart from desc_k's. The low part first, as mma_split.
-__device__ __forceinline__ void state_times_kt(float (&x)[32], std::uint32_t const (&a)[8][2][4],
-                                               std::uint64_t desc_k) {
+// Registers that products still running read (A fragments) or write (accumulators), held where they are until the
+// wgmma::wait after them: the compiler sees them used here, so it neither reuses an A fragment's registers nor moves
+// an accumulator while the products run (the recurrences issue their copies and stores between a commit and its
+// wait).
+template <int kN, int kParts>
+__device__ __forceinline__ void hold_registers(std::uint32_t (&a)[kN][kParts][4]) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i) {
+#pragma unroll
+    for (int part = 0; part < kParts; ++part) {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) asm volatile("" : "+r"(a[i][part][r])::"memory");
+    }
+  }
+}
+template <int kN>
+__device__ __forceinline__ void hold_registers(float (&acc)[kN]) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(acc[i])::"memory");
+}
+
+// Issues Xᵀ [64 columns × 64 tokens] = Sᵀ kᵀ over the 128 state columns and commits it (the caller waits): A = the
+// state's parts, B = the chunk's k tile as two K-major tiles of 64 state columns, 8 KB apart from desc_k's. The low
+// part first, as mma_split.
+__device__ __forceinline__ void issue_state_times_kt(float (&x)[32], std::uint32_t const (&a)[8][2][4],
+                                                     std::uint64_t desc_k) {
   wgmma::fence();
 #pragma unroll
   for (int ks = 0; ks < 8; ++ks) {
@@ -38,7 +54,6 @@ __device__ __forceinline__ void state_times_kt(float (&x)[32], std::uint32_t con
     wgmma::mma_m64n64k16_bf16_rs(x, a[ks][0], desc, true);
   }
   wgmma::commit();
-  wgmma::wait<0>();
 }
 
 }  // namespace fusepack::gated_delta_mma
