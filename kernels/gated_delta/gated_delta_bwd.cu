@@ -19,6 +19,7 @@
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 namespace fusepack {
 
@@ -264,23 +265,34 @@ std::size_t gated_delta_bwd_workspace_bytes(GatedDeltaBwdParams const& p) { retu
 GatedDeltaChainPlaces gated_delta_bwd_chain_places(GatedDeltaFwdParams const& p, GatedDeltaSchedule schedule, int sms,
                                                    int smem_per_sm) {
   gated_delta_check_chain_places_args("gated_delta_bwd_chain_places", p, schedule, sms, smem_per_sm);
-  bool const lean = schedule == GatedDeltaSchedule::kLeanChain;
-  int const slabs = lean ? kLeanSlabs : full_chain_slabs(p, sms);
+  if (schedule == GatedDeltaSchedule::kLeanChain) {
+    // The recurrence block that runs (launch_state_for): its value columns and shared memory.
+    using Block = std::pair<int, std::size_t>;  // value columns, shared memory
+    Block const block = FUSEPACK_DTYPE_SWITCH(p.dtype, T, [&] {
+      return FUSEPACK_GATED_DELTA_HEAD_DIM_SWITCH(p.K, kK, [&] {
+        if constexpr (kStateInWarpgroups<T, kK>) return Block(kWgStateColumns, WgStateSmem::kBytes);
+        return Block(kGatedDeltaLeanColumns, StateBlockSmem<T, kK, kLeanSlabs, 2>::kBytes);
+      });
+    });
+    return {p.Hv * (p.V / block.first), sms * gated_delta_blocks_per_sm(block.second, smem_per_sm)};
+  }
+  int const slabs = full_chain_slabs(p, sms);
   std::size_t const smem = FUSEPACK_DTYPE_SWITCH(p.dtype, T, [&] {
     return FUSEPACK_GATED_DELTA_HEAD_DIM_SWITCH(p.K, kK, [&] {
-      return lean ? StateBlockSmem<T, kK, kLeanSlabs, 2>::kBytes
-                  : slabs == 8 ? StateBlockSmem<T, kK, 8, 1>::kBytes : StateBlockSmem<T, kK, 4, 1>::kBytes;
+      return slabs == 8 ? StateBlockSmem<T, kK, 8, 1>::kBytes : StateBlockSmem<T, kK, 4, 1>::kBytes;
     });
   });
-  std::int64_t per_sm = gated_delta_blocks_per_sm(smem, smem_per_sm);
   // The full chain's kernel takes nearly every register (254 a thread): 65,536 a multiprocessor hold one block of 8
   // warps or two of 4.
-  if (!lean) per_sm = std::max<std::int64_t>(1, std::min<std::int64_t>(per_sm, 65536 / (slabs * 32 * 256)));
+  std::int64_t const per_sm = std::max<std::int64_t>(
+      1, std::min<std::int64_t>(gated_delta_blocks_per_sm(smem, smem_per_sm), 65536 / (slabs * 32 * 256)));
   return {p.Hv * (p.V / (16 * slabs)), sms * per_sm};
 }
 
-// By shape (gated_delta_schedule_on_device): one lean block per SM in bf16 at K = 128 on the H200, so one example of
-// 8192 tokens runs lean at Hv = 32 and at Hv = 48 (two waves of lean blocks, still faster), 8 × 1024 full.
+// By shape (gated_delta_schedule_on_device): in bf16 at K = 128 the lean recurrence runs 64 value columns a block, one
+// block per SM, so its steps stay within twice the full chain's at every shape and the backward runs lean (one
+// example of 8192 tokens and 8 × 1024 at Hv = 32 and 48, the training packs); fp16 and K = 64 count 32-column blocks,
+// and 8 × 1024 runs full there.
 GatedDeltaSchedule gated_delta_bwd_schedule(GatedDeltaBwdParams const& p) {
   return gated_delta_schedule_on_device(p, GatedDeltaPass::kBackward);
 }

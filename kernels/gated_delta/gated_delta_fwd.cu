@@ -366,6 +366,11 @@ void gated_delta_check_chain_places_args(char const* who, GatedDeltaFwdParams co
 GatedDeltaChainPlaces gated_delta_fwd_chain_places(GatedDeltaFwdParams const& p, GatedDeltaSchedule schedule, int sms,
                                                    int smem_per_sm) {
   static_assert(16 * kLeanSlabs == kGatedDeltaLeanColumns, "gated_delta_lean_blocks_per_example counts these blocks");
+  // bf16 at K = 128 runs 64-column chain blocks (kWgChainColumns), and these are still counted as 32-column ones on
+  // purpose: the lean forward is fast where the output kernel runs beside the chain on the SMs it leaves free, which
+  // the step ratio does not see. Counted as they run, one example of 8192 tokens and 8 × 1024 (Hv = 32) both come to
+  // a ratio of 1.0, and the lean forward is the faster at the first (0.44 against 0.98 ms on an H100) and the slower
+  // at the second (0.49 against 0.40), where its chain fills every SM; the 32-column count puts 8 × 1024 at 2.0.
   gated_delta_check_chain_places_args("gated_delta_fwd_chain_places", p, schedule, sms, smem_per_sm);
   if (schedule == GatedDeltaSchedule::kLeanChain) {
     std::size_t const smem = FUSEPACK_DTYPE_SWITCH(p.dtype, T, [&] {
@@ -446,7 +451,7 @@ GatedDeltaSchedule gated_delta_schedule_on_device(GatedDeltaFwdParams const& p, 
 }
 
 // By shape on the H200 at V = 128, bf16: one example of 8192 tokens runs lean in both passes at Hv = 32 and 48,
-// 8 × 1024 full; the trainer's packs of mixed lengths lean in the forward and mostly in the backward
+// 8 × 1024 full in the forward and lean in the backward; the trainer's packs of mixed lengths lean in both
 // (kernels/gated_delta/NOTES.md has both schedules' times).
 GatedDeltaSchedule gated_delta_fwd_schedule(GatedDeltaFwdParams const& p) {
   return gated_delta_schedule_on_device(p, GatedDeltaPass::kForward);

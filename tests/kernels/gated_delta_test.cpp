@@ -814,8 +814,9 @@ GatedDeltaFwdParams schedule_params(GatedDeltaChunkTable const& t, int Hv) {
 // What the op runs by default at the shapes kernels/gated_delta/NOTES.md reports, on the H200's figures (132 SMs of
 // 233,472 bytes of shared memory; host arithmetic, no device needed), against the schedule each pass measured faster
 // there (fusepack-bench gated_delta, both forced schedules). The places follow from the kernels' shared memory and
-// registers (bf16, K = 128: lean two blocks per SM forward, one backward): a kernel change that moves them changes
-// which schedule these shapes run, and the notes' by-shape timings with it, so it has to show up here.
+// registers (bf16, K = 128: lean two blocks per SM forward, one backward, the backward's of 64 value columns): a
+// kernel change that moves them changes which schedule these shapes run, and the notes' by-shape timings with it, so
+// it has to show up here.
 TEST(GatedDeltaSchedules, ByShapeOnTheH200) {
   using S = GatedDeltaSchedule;
   constexpr int kSms = 132, kSmemPerSm = 233472;
@@ -823,7 +824,8 @@ TEST(GatedDeltaSchedules, ByShapeOnTheH200) {
   GatedDeltaFwdParams const p = schedule_params(one, 32);
   EXPECT_EQ(gated_delta_fwd_chain_places(p, S::kLeanChain, kSms, kSmemPerSm).slots, 2 * kSms);
   EXPECT_EQ(gated_delta_bwd_chain_places(p, S::kLeanChain, kSms, kSmemPerSm).slots, kSms);
-  EXPECT_EQ(gated_delta_bwd_chain_places(p, S::kLeanChain, kSms, kSmemPerSm).blocks_per_example, 128);
+  EXPECT_EQ(gated_delta_bwd_chain_places(p, S::kLeanChain, kSms, kSmemPerSm).blocks_per_example, 64);
+  EXPECT_EQ(gated_delta_fwd_chain_places(p, S::kLeanChain, kSms, kSmemPerSm).blocks_per_example, 128);
   struct Shape {
     char const* name;
     std::vector<int> lengths;
@@ -831,18 +833,18 @@ TEST(GatedDeltaSchedules, ByShapeOnTheH200) {
     S fwd, bwd;
   };
   // Packs as the trainer makes them at Qwen3.5-0.8B's heads (log-normal lengths, median 900, 8,192 tokens): the
-  // forward ran lean faster in all, the backward lean up to a step ratio of 2.0 and about as fast at 2.86 (the pack of
-  // nine from 285 tokens, which stays on the full chain).
+  // forward ran lean faster in all, the backward lean up to a step ratio of 2.0 (counted in 64-column blocks, at most
+  // 1.45 in these packs), and the backward at 8 × 1024 (2.0) lean faster since its recurrence runs in warpgroups.
   std::vector<Shape> shapes{
       {"1x8192 Hv=32", {8192}, 32, S::kLeanChain, S::kLeanChain},
       {"1x32768 Hv=32", {32768}, 32, S::kLeanChain, S::kLeanChain},
-      {"8x1024 Hv=32", std::vector<int>(8, 1024), 32, S::kFullChain, S::kFullChain},
+      {"8x1024 Hv=32", std::vector<int>(8, 1024), 32, S::kFullChain, S::kLeanChain},
       {"1x8192 Hv=48 (Qwen3.5-27B)", {8192}, 48, S::kLeanChain, S::kLeanChain},
-      {"8x1024 Hv=48", std::vector<int>(8, 1024), 48, S::kFullChain, S::kFullChain},
+      {"8x1024 Hv=48", std::vector<int>(8, 1024), 48, S::kFullChain, S::kLeanChain},
       {"pack 2840 x9", {2840, 415, 1210, 655, 980, 301, 760, 532, 499}, 16, S::kLeanChain, S::kLeanChain},
       {"pack 6086 x3", {6086, 1059, 802}, 16, S::kLeanChain, S::kLeanChain},
       {"pack 317 x7", {317, 634, 2460, 2828, 317, 310, 869}, 16, S::kLeanChain, S::kLeanChain},
-      {"pack 285 x9", {285, 1056, 1001, 1393, 433, 904, 855, 270, 1384}, 16, S::kLeanChain, S::kFullChain},
+      {"pack 285 x9", {285, 1056, 1001, 1393, 433, 904, 855, 270, 1384}, 16, S::kLeanChain, S::kLeanChain},
       {"pack 1055 x5", {1055, 1862, 672, 1072, 2042}, 16, S::kLeanChain, S::kLeanChain},
       {"pack 997 x6", {997, 379, 1285, 957, 1602, 1070}, 16, S::kLeanChain, S::kLeanChain},
       {"pack 864 x6", {864, 1058, 1534, 377, 653, 603}, 16, S::kLeanChain, S::kLeanChain},
@@ -855,13 +857,16 @@ TEST(GatedDeltaSchedules, ByShapeOnTheH200) {
     EXPECT_EQ(gated_delta_pick_schedule_for(q, GatedDeltaPass::kBackward, kSms, kSmemPerSm), s.bwd);
   }
   // Each pass remembers its last choice (every layer of a step asks for the same pack); asked again for the same
-  // examples at other heads it chooses again: eight examples of 1024 tokens run the backward lean at Hv = 8 (two
-  // waves of lean blocks, twice the full chain's steps) and full at Hv = 32 (four times). Planted: the memory keyed on
-  // the examples' chunks alone answers the Hv = 32 backward with the Hv = 8 choice (lean) and fails here.
+  // examples at other heads it chooses again: in fp16 (32-column lean blocks) eight examples of 1024 tokens run the
+  // backward lean at Hv = 8 (two waves of lean blocks, twice the full chain's steps) and full at Hv = 32 (four times).
+  // Planted: the memory keyed on the examples' chunks alone answers the Hv = 32 backward with the Hv = 8 choice
+  // (lean) and fails here.
   GatedDeltaChunkTable const eight = gated_delta_chunk_table(cu_seqlens_from_lengths(std::vector<int>(8, 1024)));
   GatedDeltaFwdParams hv8 = schedule_params(eight, 8);
   hv8.Hk = 8;
-  GatedDeltaFwdParams const hv32 = schedule_params(eight, 32);
+  hv8.dtype = DType::kF16;
+  GatedDeltaFwdParams hv32 = schedule_params(eight, 32);
+  hv32.dtype = DType::kF16;
   for (int again = 0; again < 2; ++again) {
     EXPECT_EQ(gated_delta_pick_schedule_for(hv8, GatedDeltaPass::kBackward, kSms, kSmemPerSm), S::kLeanChain);
     EXPECT_EQ(gated_delta_pick_schedule_for(hv32, GatedDeltaPass::kBackward, kSms, kSmemPerSm), S::kFullChain);
