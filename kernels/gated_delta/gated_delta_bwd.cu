@@ -172,11 +172,12 @@ int full_chain_slabs(GatedDeltaFwdParams const& p, int sms) {
   return p.V % 128 == 0 && std::int64_t(p.N) * p.Hv * (p.V / 128) >= sms ? 8 : 4;
 }
 
-// The lean chain by shape (gated_delta_bwd_schedule), else the full chain (full_chain_slabs).
+// The recurrence of `schedule` (the pass's, gated_delta_bwd_schedule): the lean chain, or the full chain in the block
+// shape full_chain_slabs picks.
 template <typename T, int K, int V>
-void launch_state_for(GatedDeltaBwdParams const& p, __nv_bfloat16 const* P_planes, float const* rec, float* dh,
-                      Handover<T>* y, int* done, cudaStream_t stream) {
-  if (gated_delta_bwd_schedule(p) == GatedDeltaSchedule::kLeanChain) {
+void launch_state_for(GatedDeltaSchedule schedule, GatedDeltaBwdParams const& p, __nv_bfloat16 const* P_planes,
+                      float const* rec, float* dh, Handover<T>* y, int* done, cudaStream_t stream) {
+  if (schedule == GatedDeltaSchedule::kLeanChain) {
     if constexpr (kStateInWarpgroups<T, K>) {
       return launch_state_wg(p, P_planes, rec, dh, y, done, stream);
     } else {
@@ -221,6 +222,7 @@ void launch(GatedDeltaBwdParams const& p, cudaStream_t stream) {
   auto* ws = static_cast<char*>(p.workspace);
   auto region = [&](std::size_t offset) { return reinterpret_cast<float*>(ws + offset); };
   auto planes = [&](std::size_t offset) { return reinterpret_cast<__nv_bfloat16*>(ws + offset); };
+  GatedDeltaSchedule const schedule = gated_delta_bwd_schedule(p);  // asked once: both kernels follow it
   float* const dh = region(w.dh);
   int* const done = reinterpret_cast<int*>(ws + w.done);
   auto* const y = reinterpret_cast<Handover<T>*>(ws + w.y);
@@ -239,7 +241,7 @@ void launch(GatedDeltaBwdParams const& p, cudaStream_t stream) {
     }
   }
   if (p.NC > 0 || p.dinitial_state) {  // without chunks it only passes dfinal_state through to dinitial_state
-    launch_state_for<T, K, V>(p, P_planes, rec, dh, y, done, stream);
+    launch_state_for<T, K, V>(schedule, p, P_planes, rec, dh, y, done, stream);
   }
   if (p.NC > 0) {  // fp32 runs: fp64-FMA products on fp32 tiles; 16-bit runs: split-bf16 products on bf16 planes
     unsigned const blocks = static_cast<unsigned>(std::int64_t(p.NC) * p.Hk);
@@ -247,7 +249,7 @@ void launch(GatedDeltaBwdParams const& p, cudaStream_t stream) {
       auto const kernel = gated_delta_bwd_chunk<T, K, V>;
       allow_smem(kernel, chunk_smem_bytes<K, V>());
       kernel<<<blocks, kThreads, chunk_smem_bytes<K, V>(), stream>>>(p, P_planes, A, dh, y);
-    } else if (kStateInWarpgroups<T, K> && gated_delta_bwd_schedule(p) == GatedDeltaSchedule::kLeanChain) {
+    } else if (kStateInWarpgroups<T, K> && schedule == GatedDeltaSchedule::kLeanChain) {
       launch_chunk_beside<T, K, V>(p, dh, y, done, stream);
     } else {
       auto const kernel = gated_delta_bwd_chunk_mma<T, K, V>;
